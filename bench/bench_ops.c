@@ -59,9 +59,9 @@ static void report(bench_cfg *c, const char *name, const char *shape, double val
     char tgt[32] = "";
     if (target > 0)
         snprintf(tgt, sizeof(tgt), ">= %.2fx", target);
-    fprintf(c->md, "| %-26s | %-20s | %9.1f %-7s | %-24s | %9.1f | %6.2fx | %-9s %s |\n", name,
+    fprintf(c->md, "| %-26s | %-26s | %9.1f %-7s | %-24s | %9.1f | %6.2fx | %-9s %s |\n", name,
             shape, value, unit, base_name, base, ratio, tgt, verdict);
-    printf("| %-26s | %-20s | %9.1f %-7s | %-24s | %9.1f | %6.2fx | %-9s %s |\n", name, shape,
+    printf("| %-26s | %-26s | %9.1f %-7s | %-24s | %9.1f | %6.2fx | %-9s %s |\n", name, shape,
            value, unit, base_name, base, ratio, tgt, verdict);
     fflush(stdout);
     fprintf(c->jsonl,
@@ -489,10 +489,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_ops: cannot write in %s: %s\n", c.out_dir, strerror(errno));
         return 1;
     }
-    const char *hdr = "| figure                     | shape                | value             | "
-                      "baseline                 |  baseline | ratio   | target          |\n"
-                      "|----------------------------|----------------------|-------------------|-"
-                      "-------------------------|-----------|---------|-----------------|\n";
+    const char *hdr =
+        "| figure                     | shape                      | value             | "
+        "baseline                 |  baseline | ratio   | target          |\n"
+        "|----------------------------|----------------------------|-------------------|-"
+        "-------------------------|-----------|---------|-----------------|\n";
     printf("tessera bench_ops: %d threads%s\n\n%s", c.threads, c.quick ? " (quick)" : "", hdr);
     fprintf(c.md, "# bench_ops (%d threads%s)\n\n%s", c.threads, c.quick ? ", quick" : "", hdr);
 

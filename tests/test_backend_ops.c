@@ -656,6 +656,21 @@ Test(backend_ops, mul_mat_matches_reference, .timeout = 600)
                     mm_tolerance(&c);
                     add_case(&cs, c);
                 }
+    /* Around the kernels' switch points: matrix-vector up to T = 8..32 by
+     * type, GEMM above; GEMM blocks of 256 rows and 256 k; 12-column tiles. */
+    const int64_t edge[][3] = {{520, 270, 17}, {96, 33, 33}, {64, 40, 9}, {288, 257, 25},
+                               {33, 100, 16},  {128, 31, 8}, {64, 12, 48}};
+    for (size_t t = 0; t < 4; t++)
+        for (size_t e = 0; e < sizeof(edge) / sizeof(edge[0]); e++) {
+            const int64_t K = types[t] == TSR_TYPE_Q8_0 ? (edge[e][0] + 31) / 32 * 32 : edge[e][0];
+            tcase c = {.build = build_mul_mat,
+                       .t = {types[t], TSR_TYPE_F32},
+                       .ne = {NE(K, edge[e][1], 1, 1), NE(K, edge[e][2], 1, 1)}};
+            snprintf(c.desc, sizeof(c.desc), "%s K=%lld N=%lld T=%lld", tsr_type_name(types[t]),
+                     (long long)K, (long long)edge[e][1], (long long)edge[e][2]);
+            mm_tolerance(&c);
+            add_case(&cs, c);
+        }
     for (size_t t = 0; t < 4; t++) {
         /* Broadcast over batches, strided x, and a decode-sized row. */
         tcase c = {.build = build_mul_mat,

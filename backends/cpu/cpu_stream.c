@@ -311,6 +311,19 @@ static void *worker_main(void *arg)
 
 /* ---- public stream calls --------------------------------------------------------------- */
 
+/* Frees what a stream owns once its threads are gone. */
+static void stream_release(cpu_stream *s)
+{
+    free(s->work);
+    pthread_mutex_destroy(&s->push_lock);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->err_lock);
+    pthread_cond_destroy(&s->cond_job);
+    pthread_cond_destroy(&s->cond_done);
+    pthread_cond_destroy(&s->cond_pool);
+    free(s);
+}
+
 tsr_status tsr__cpu_stream_new(const char *name, int n_threads, cpu_stream **out)
 {
     cpu_stream *s = calloc(1, sizeof(*s));
@@ -330,13 +343,7 @@ tsr_status tsr__cpu_stream_new(const char *name, int n_threads, cpu_stream **out
         st = tsr__error(TSR_EDEVICE, "%s: could not start the worker thread", name);
     }
     if (st != TSR_OK) {
-        pthread_mutex_destroy(&s->push_lock);
-        pthread_mutex_destroy(&s->lock);
-        pthread_mutex_destroy(&s->err_lock);
-        pthread_cond_destroy(&s->cond_job);
-        pthread_cond_destroy(&s->cond_done);
-        pthread_cond_destroy(&s->cond_pool);
-        free(s);
+        stream_release(s);
         return st;
     }
     *out = s;
@@ -354,14 +361,7 @@ void tsr__cpu_stream_free(cpu_stream *s)
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->worker, NULL);
     stop_helpers(s);
-    free(s->work);
-    pthread_mutex_destroy(&s->push_lock);
-    pthread_mutex_destroy(&s->lock);
-    pthread_mutex_destroy(&s->err_lock);
-    pthread_cond_destroy(&s->cond_job);
-    pthread_cond_destroy(&s->cond_done);
-    pthread_cond_destroy(&s->cond_pool);
-    free(s);
+    stream_release(s);
 }
 
 uint64_t tsr__cpu_stream_ticket(cpu_stream *s) { return atomic_load(&s->submitted); }
