@@ -163,7 +163,8 @@ struct tsr_backend_i {
                                       size_t offset, size_t row_size, size_t n_rows,
                                       size_t t_stride, size_t data_stride);
     /* Async copy src → dst, called on the *destination* backend; ordered
-     * after src_backend's queued work. Returns TSR_ENOTHANDLED when this pair
+     * after the work queued so far on both backends and before dst_backend's
+     * later work (see tsr_backend_copy_async). Returns TSR_ENOTHANDLED when this pair
      * has no async path (core then synchronizes src_backend and copies
      * through the blocking path). Optional: default = that fallback. */
     tsr_status (*cpy_tensor_async)(tsr_backend *src_backend, tsr_backend *dst_backend,

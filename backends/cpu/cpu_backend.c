@@ -178,6 +178,11 @@ bool tsr_backend_is_cpu(tsr_backend *backend)
     return backend && backend->iface == &cpu_backend_iface;
 }
 
+cpu_stream *tsr__cpu_backend_stream(tsr_backend *backend)
+{
+    return tsr_backend_is_cpu(backend) ? stream_of(backend) : NULL;
+}
+
 static const char *cpu_backend_name(tsr_backend *b)
 {
     return ((cpu_backend_ctx *)b->context)->name;

@@ -63,7 +63,12 @@ typedef enum {
     CPU_JOB_MEMSET,      /* memset */
     CPU_JOB_WAIT_STREAM, /* wait until another CPU stream reaches a ticket */
     CPU_JOB_WAIT_EVENT,  /* wait for a foreign event (blocks this worker) */
+    CPU_JOB_HOST_FN,     /* run fn(arg) on the worker thread */
 } cpu_job_kind;
+
+/* A function run by a stream's worker thread as a job; returns a status that
+ * the next synchronize reports when it is not TSR_OK. */
+typedef tsr_status (*tsr__cpu_host_fn)(void *arg);
 
 typedef struct cpu_job {
     cpu_job_kind kind;
@@ -84,6 +89,10 @@ typedef struct cpu_job {
             uint64_t ticket;
         } wait;
         tsr_event *event;
+        struct {
+            tsr__cpu_host_fn fn;
+            void *arg;
+        } host;
     } u;
 } cpu_job;
 
@@ -100,5 +109,9 @@ tsr_status tsr__cpu_stream_sync(cpu_stream *s);
 tsr_status tsr__cpu_stream_set_threads(cpu_stream *s, int n_threads);
 int tsr__cpu_stream_threads(cpu_stream *s);
 void tsr__cpu_stream_set_reference(cpu_stream *s, bool reference);
+/* Enqueues fn(arg) to run on the stream's worker thread, in order. */
+tsr_status tsr__cpu_stream_push_fn(cpu_stream *s, tsr__cpu_host_fn fn, void *arg);
+/* The stream behind a CPU backend (NULL for other backends). */
+cpu_stream *tsr__cpu_backend_stream(tsr_backend *backend);
 
 #endif /* TESSERA_CPU_IMPL_H */

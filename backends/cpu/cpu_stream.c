@@ -276,6 +276,12 @@ static void run_job(cpu_stream *s, const cpu_job *j)
             stream_fail(s, st, "waiting for a foreign event failed");
         break;
     }
+    case CPU_JOB_HOST_FN: {
+        tsr_status st = j->u.host.fn(j->u.host.arg);
+        if (st != TSR_OK)
+            stream_fail(s, st, tsr_last_error());
+        break;
+    }
     }
 }
 
@@ -419,6 +425,14 @@ tsr_status tsr__cpu_stream_set_threads(cpu_stream *s, int n_threads)
 }
 
 int tsr__cpu_stream_threads(cpu_stream *s) { return s->n_threads; }
+
+tsr_status tsr__cpu_stream_push_fn(cpu_stream *s, tsr__cpu_host_fn fn, void *arg)
+{
+    cpu_job job = {.kind = CPU_JOB_HOST_FN};
+    job.u.host.fn = fn;
+    job.u.host.arg = arg;
+    return tsr__cpu_stream_push(s, &job);
+}
 
 void tsr__cpu_stream_set_reference(cpu_stream *s, bool reference)
 {

@@ -164,8 +164,11 @@ tsr_status tsr_backend_get_2d_async(tsr_backend *backend, const tsr_tensor *t, v
                                     size_t offset, size_t row_size, size_t n_rows, size_t t_stride,
                                     size_t data_stride);
 /* Copies src (written by work on src_backend) into dst (on dst_backend),
- * ordered after the work already queued on src_backend and before the work
- * queued later on dst_backend. Same type and shape, both contiguous. */
+ * ordered after the work already queued on src_backend and on dst_backend,
+ * and before the work queued later on dst_backend. Work queued later on
+ * src_backend is NOT ordered after the copy: before overwriting src there,
+ * make src_backend wait on an event recorded on dst_backend after the copy.
+ * Same type and shape, both contiguous. */
 tsr_status tsr_backend_copy_async(tsr_backend *src_backend, tsr_backend *dst_backend,
                                   const tsr_tensor *src, tsr_tensor *dst);
 /* Enqueues every node of g; g and its tensors must stay alive and unchanged

@@ -1,0 +1,72 @@
+/* tessera/comm.h — all-reduce across a set of streams: the capability
+ * protocol by which a backend offers a native collective, and the engine
+ * that picks the fastest path (native, or the generic butterfly / ring built
+ * only from the public backend API).
+ *
+ * Protocol: the engine asks the registry of the first stream's device for
+ * "tsr_comm_init" (tsr_reg_get_proc). NULL, or a NULL context, means the
+ * backend has no collective for this set of streams. A native allreduce may
+ * return TSR_ENOTHANDLED for one call (a type or shape it does not take);
+ * the engine then runs a generic path for that call only.
+ *
+ * Ordering: a collective is enqueued on every stream; it runs after the work
+ * already queued on each of them, and each stream's later work sees the sum
+ * and may freely overwrite its tensor. Every participant must enqueue
+ * collectives in the same order (as with NCCL).
+ */
+#ifndef TESSERA_COMM_H
+#define TESSERA_COMM_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the protocol a backend implements ------------------------------------- */
+
+typedef struct tsr_comm tsr_comm; /* backend-defined */
+
+/* A context for these n streams (all of this backend), or NULL. Blocks. */
+typedef tsr_comm *(*tsr_comm_init_fn)(tsr_backend *const *backends, int n);
+/* Enqueues the in-place sum of tensors[j] (on backends[j]'s device, same type
+ * and shape, contiguous) across j; async. TSR_ENOTHANDLED: not this call. */
+typedef tsr_status (*tsr_comm_allreduce_fn)(tsr_comm *comm, tsr_tensor *const *tensors);
+/* Waits for the context's queued work, then frees it. */
+typedef void (*tsr_comm_free_fn)(tsr_comm *comm);
+
+/* ---- the all-reduce engine -------------------------------------------------- */
+
+typedef enum tsr_allreduce_path {
+    TSR_ALLREDUCE_AUTO = 0,  /* native when offered, else by size and count */
+    TSR_ALLREDUCE_NATIVE,    /* the backend's own collective */
+    TSR_ALLREDUCE_BUTTERFLY, /* recursive doubling: log2(n) rounds of whole tensors */
+    TSR_ALLREDUCE_RING,      /* reduce-scatter + all-gather in n chunks */
+} tsr_allreduce_path;
+
+typedef struct tsr_allreduce tsr_allreduce;
+
+/* An engine over n ≥ 1 streams (any devices, any backends). The environment
+ * variable TSR_ALLREDUCE=auto|native|butterfly|ring forces a path (native
+ * falls back to auto when the backend has none, with a warning). */
+tsr_status tsr_allreduce_new(tsr_backend *const *backends, int n, tsr_allreduce **out);
+void tsr_allreduce_free(tsr_allreduce *ar); /* waits for its queued work */
+
+/* Enqueues the in-place sum of tensors[0..n) (tensor j on stream j's device;
+ * same type F32, F16 or BF16 and shape; contiguous). Temporary memory is
+ * allocated on first need and reused. */
+tsr_status tsr_allreduce_run(tsr_allreduce *ar, tsr_tensor *const *tensors);
+/* The same with a path chosen by the caller (AUTO = the engine's choice). */
+tsr_status tsr_allreduce_run_path(tsr_allreduce *ar, tsr_tensor *const *tensors,
+                                  tsr_allreduce_path path);
+/* The path the last run took, and its name ("native", "butterfly", "ring"). */
+tsr_allreduce_path tsr_allreduce_last_path(const tsr_allreduce *ar);
+const char *tsr_allreduce_path_name(tsr_allreduce_path path);
+/* Whether the streams' backend offered a native collective. */
+bool tsr_allreduce_has_native(const tsr_allreduce *ar);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_COMM_H */
