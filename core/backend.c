@@ -109,22 +109,56 @@ bool tsr_buft_is_host(tsr_buft *buft)
     return buft->iface->is_host ? buft->iface->is_host(buft) : false;
 }
 
-tsr_status tsr_buft_alloc(tsr_buft *buft, size_t size, tsr_buf **out)
+int tsr_buft_n_lanes(tsr_buft *buft)
 {
-    if (!buft || !out)
+    return buft->iface->get_n_lanes ? buft->iface->get_n_lanes(buft) : 1;
+}
+
+size_t tsr_buft_alloc_size_lane(tsr_buft *buft, const tsr_tensor *t, int lane)
+{
+    if (tsr_buft_n_lanes(buft) == 1)
+        return lane == 0 ? tsr_buft_alloc_size(buft, t) : 0;
+    return buft->iface->get_alloc_size_lane(buft, t, lane);
+}
+
+tsr_status tsr_buft_alloc_lanes(tsr_buft *buft, const size_t *sizes, tsr_buf **out)
+{
+    if (!buft || !sizes || !out)
         return tsr__error(TSR_EINVAL, "buft_alloc: NULL argument");
     *out = NULL;
-    if (size > tsr_buft_max_size(buft))
-        return tsr__error(TSR_ENOMEM, "%s: %zu bytes exceed the largest allocation (%zu)",
-                          tsr_buft_name(buft), size, tsr_buft_max_size(buft));
+    const int n = tsr_buft_n_lanes(buft);
+    if (n < 1 || n > TSR_MAX_LANES)
+        return tsr__error(TSR_EINTERNAL, "%s: %d lanes", tsr_buft_name(buft), n);
+    size_t ask[TSR_MAX_LANES], largest = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] > tsr_buft_max_size(buft))
+            return tsr__error(TSR_ENOMEM, "%s: %zu bytes in lane %d exceed the largest allocation (%zu)",
+                              tsr_buft_name(buft), sizes[i], i, tsr_buft_max_size(buft));
+        ask[i] = sizes[i] ? sizes[i] : 1;
+        largest = TSR_MAX(largest, sizes[i]);
+    }
     tsr_buf *buf = NULL;
-    tsr_status st = buft->iface->alloc(buft, size ? size : 1, &buf);
+    tsr_status st = n == 1 ? buft->iface->alloc(buft, ask[0], &buf)
+                           : buft->iface->alloc_lanes(buft, ask, &buf);
     if (st != TSR_OK)
         return st;
     buf->buft = buft;
-    buf->size = size;
+    buf->size = largest;
+    buf->n_lanes = n;
+    for (int i = 0; i < n; i++)
+        buf->lane_size[i] = sizes[i];
     *out = buf;
     return TSR_OK;
+}
+
+tsr_status tsr_buft_alloc(tsr_buft *buft, size_t size, tsr_buf **out)
+{
+    if (!buft)
+        return tsr__error(TSR_EINVAL, "buft_alloc: NULL buffer type");
+    size_t sizes[TSR_MAX_LANES];
+    for (int i = 0; i < TSR_MAX_LANES; i++)
+        sizes[i] = size;
+    return tsr_buft_alloc_lanes(buft, sizes, out);
 }
 
 /* ---- buffers ------------------------------------------------------------------------- */
@@ -136,6 +170,12 @@ void tsr_buf_free(tsr_buf *buf)
 }
 
 tsr_buft *tsr_buf_buft(tsr_buf *buf) { return buf->buft; }
+int tsr_buf_n_lanes(tsr_buf *buf) { return buf->n_lanes; }
+
+size_t tsr_buf_lane_size(tsr_buf *buf, int lane)
+{
+    return lane >= 0 && lane < buf->n_lanes ? buf->lane_size[lane] : 0;
+}
 size_t tsr_buf_size(tsr_buf *buf) { return buf->size; }
 void *tsr_buf_base(tsr_buf *buf) { return buf->iface->get_base(buf); }
 bool tsr_buf_is_host(tsr_buf *buf) { return tsr_buft_is_host(buf->buft); }
@@ -149,9 +189,9 @@ tsr_status tsr_buf_clear(tsr_buf *buf, uint8_t value)
     return buf->iface->clear(buf, value);
 }
 
-tsr_status tsr_buf_place_tensor(tsr_buf *buf, tsr_tensor *t, size_t offset)
+tsr_status tsr_buf_place_tensor_lanes(tsr_buf *buf, tsr_tensor *t, const size_t *offsets)
 {
-    if (!buf || !t)
+    if (!buf || !t || !offsets)
         return tsr__error(TSR_EINVAL, "buf_place_tensor: NULL argument");
     if (t->view_src)
         return tsr__error(TSR_EINVAL, "buf_place_tensor: '%s' is a view; place its source",
@@ -159,26 +199,39 @@ tsr_status tsr_buf_place_tensor(tsr_buf *buf, tsr_tensor *t, size_t offset)
     if (t->buffer)
         return tsr__error(TSR_EBUSY, "buf_place_tensor: '%s' is already placed", tsr__tname(t));
     const size_t align = tsr_buft_alignment(buf->buft);
-    if (offset % align != 0)
-        return tsr__error(TSR_EINVAL, "buf_place_tensor: '%s' at offset %zu is not %zu-aligned",
-                          tsr__tname(t), offset, align);
-    const size_t need = tsr_buft_alloc_size(buf->buft, t);
-    size_t end;
-    if (!tsr__add_ok(offset, need, &end) || end > buf->size)
-        return tsr__error(TSR_ERANGE,
-                          "buf_place_tensor: '%s' needs %zu bytes at offset %zu; buffer has %zu",
-                          tsr__tname(t), need, offset, buf->size);
-    t->buffer = buf;
-    t->data = (char *)tsr_buf_base(buf) + offset;
-    if (buf->iface->init_tensor) {
-        tsr_status st = buf->iface->init_tensor(buf, t);
-        if (st != TSR_OK) {
-            t->buffer = NULL;
-            t->data = NULL;
-            return st;
-        }
+    for (int i = 0; i < buf->n_lanes; i++) {
+        if (offsets[i] % align != 0)
+            return tsr__error(TSR_EINVAL,
+                              "buf_place_tensor: '%s' at offset %zu (lane %d) is not %zu-aligned",
+                              tsr__tname(t), offsets[i], i, align);
+        const size_t need = tsr_buft_alloc_size_lane(buf->buft, t, i);
+        size_t end;
+        if (!tsr__add_ok(offsets[i], need, &end) || end > buf->lane_size[i])
+            return tsr__error(TSR_ERANGE,
+                              "buf_place_tensor: '%s' needs %zu bytes at offset %zu of lane %d; the "
+                              "lane has %zu",
+                              tsr__tname(t), need, offsets[i], i, buf->lane_size[i]);
     }
-    return TSR_OK;
+    t->buffer = buf;
+    t->data = (char *)tsr_buf_base(buf) + offsets[0];
+    tsr_status st = TSR_OK;
+    if (buf->n_lanes > 1)
+        st = buf->iface->init_tensor_lanes(buf, t, offsets);
+    else if (buf->iface->init_tensor)
+        st = buf->iface->init_tensor(buf, t);
+    if (st != TSR_OK) {
+        t->buffer = NULL;
+        t->data = NULL;
+    }
+    return st;
+}
+
+tsr_status tsr_buf_place_tensor(tsr_buf *buf, tsr_tensor *t, size_t offset)
+{
+    size_t offsets[TSR_MAX_LANES];
+    for (int i = 0; i < TSR_MAX_LANES; i++)
+        offsets[i] = offset;
+    return tsr_buf_place_tensor_lanes(buf, t, offsets);
 }
 
 tsr_status tsr_view_init(tsr_tensor *view)
@@ -202,29 +255,35 @@ tsr_status tsr_ctx_alloc_tensors(tsr_ctx *ctx, tsr_buft *buft, tsr_buf **out)
         return tsr__error(TSR_EINVAL, "ctx_alloc_tensors: NULL argument");
     *out = NULL;
     const size_t align = tsr_buft_alignment(buft);
-    size_t total = 0;
+    const int lanes = tsr_buft_n_lanes(buft);
+    size_t total[TSR_MAX_LANES] = {0};
     const size_t n = tsr_ctx_n_tensors(ctx);
+    bool any = false;
     for (size_t i = 0; i < n; i++) {
         tsr_tensor *t = tsr_ctx_tensor(ctx, i);
         if (t->buffer || t->view_src)
             continue;
-        size_t sz = tsr__align_up(tsr_buft_alloc_size(buft, t), align);
-        if (!tsr__add_ok(total, sz, &total))
-            return tsr__error(TSR_ERANGE, "ctx_alloc_tensors: total size overflows");
+        any = true;
+        for (int l = 0; l < lanes; l++) {
+            const size_t sz = tsr__align_up(tsr_buft_alloc_size_lane(buft, t, l), align);
+            if (!tsr__add_ok(total[l], sz, &total[l]))
+                return tsr__error(TSR_ERANGE, "ctx_alloc_tensors: total size overflows");
+        }
     }
-    if (total == 0)
+    if (!any)
         return TSR_OK;
     tsr_buf *buf;
-    tsr_status st = tsr_buft_alloc(buft, total, &buf);
+    tsr_status st = tsr_buft_alloc_lanes(buft, total, &buf);
     if (st != TSR_OK)
         return st;
-    size_t off = 0;
+    size_t off[TSR_MAX_LANES] = {0};
     for (size_t i = 0; i < n && st == TSR_OK; i++) {
         tsr_tensor *t = tsr_ctx_tensor(ctx, i);
         if (t->buffer || t->view_src)
             continue;
-        st = tsr_buf_place_tensor(buf, t, off);
-        off += tsr__align_up(tsr_buft_alloc_size(buft, t), align);
+        st = tsr_buf_place_tensor_lanes(buf, t, off);
+        for (int l = 0; l < lanes; l++)
+            off[l] += tsr__align_up(tsr_buft_alloc_size_lane(buft, t, l), align);
     }
     for (size_t i = 0; i < n && st == TSR_OK; i++) {
         tsr_tensor *t = tsr_ctx_tensor(ctx, i);

@@ -90,6 +90,14 @@ struct tsr_buft_i {
     size_t (*get_alloc_size)(tsr_buft *buft, const tsr_tensor *t);
     /* Host-addressable memory. Optional: default false. */
     bool (*is_host)(tsr_buft *buft);
+    /* Number of separately placed memories ("lanes") a buffer of this type
+     * spans, e.g. one per sub-device of a meta device; at most TSR_MAX_LANES.
+     * Optional: default 1. The entries below are required when it is > 1. */
+    int (*get_n_lanes)(tsr_buft *buft);
+    /* Bytes t needs in lane i (may be 0). */
+    size_t (*get_alloc_size_lane)(tsr_buft *buft, const tsr_tensor *t, int lane);
+    /* Allocates sizes[i] bytes in each lane i (core passes at least 1). */
+    tsr_status (*alloc_lanes)(tsr_buft *buft, const size_t *sizes, tsr_buf **out);
 };
 
 struct tsr_buft {
@@ -131,13 +139,23 @@ struct tsr_buf_i {
     tsr_status (*cpy_tensor)(tsr_buf *buf, const tsr_tensor *src, tsr_tensor *dst);
     /* Blocking fill of the whole buffer. Required. */
     tsr_status (*clear)(tsr_buf *buf, uint8_t value);
+    /* Places t at offsets[i] of each lane i; core has set t->buffer and
+     * t->data (lane 0's address space). Required for multi-lane buffers,
+     * which receive this instead of init_tensor for non-view tensors. */
+    tsr_status (*init_tensor_lanes)(tsr_buf *buf, tsr_tensor *t, const size_t *offsets);
+    /* Forgets the per-tensor state of every tensor placed so far (the memory
+     * stays): the graph allocator calls it before placing a graph anew.
+     * Optional: default nothing. */
+    void (*reset)(tsr_buf *buf);
 };
 
 struct tsr_buf {
     const struct tsr_buf_i *iface;
     tsr_buft *buft;
     void *context;
-    size_t size;
+    size_t size;              /* the largest lane */
+    int n_lanes;              /* set by core */
+    size_t lane_size[TSR_MAX_LANES];
     tsr_buf_usage usage;
 };
 

@@ -6,7 +6,9 @@
  * larger one otherwise. A node's memory is taken before its sources are
  * released, so an output never overlaps an input of the same node. Graph
  * outputs, inputs and leaves are never reused. Tensors already placed in
- * another buffer (weights, caches) are left alone.
+ * another buffer (weights, caches) are left alone. A buffer type with several
+ * lanes (a meta device: one per sub-device) is planned lane by lane with
+ * each lane's own tensor sizes, so every device gets exactly its share.
  *
  * Not a general heap: it knows nothing outside the graph it is given.
  */
@@ -36,9 +38,12 @@ struct tsr_gallocr {
     tsr_buft *buft;
     tsr_buf *buf;
     size_t align;
+    int n_lanes;
 
     ga_info *info; /* hash table keyed by tensor */
     size_t info_size;
+    size_t *lane_offs; /* [lane][info slot]: planned offsets */
+    size_t lane_high[TSR_MAX_LANES];
 
     ga_block *free_blocks;
     size_t n_free, free_cap;
@@ -54,6 +59,7 @@ tsr_gallocr *tsr_gallocr_new(tsr_buft *buft)
         return NULL;
     ga->buft = buft;
     ga->align = tsr_buft_alignment(buft);
+    ga->n_lanes = tsr_buft_n_lanes(buft);
     return ga;
 }
 
@@ -63,6 +69,7 @@ void tsr_gallocr_free(tsr_gallocr *ga)
         return;
     tsr_buf_free(ga->buf);
     free(ga->info);
+    free(ga->lane_offs);
     free(ga->free_blocks);
     free(ga);
 }
@@ -82,10 +89,16 @@ static tsr_status info_prepare(tsr_gallocr *ga, const tsr_graph *g)
         want *= 2;
     if (want > ga->info_size) {
         ga_info *n = calloc(want, sizeof(*n));
-        if (!n)
+        size_t *lo = malloc(want * (size_t)ga->n_lanes * sizeof(size_t));
+        if (!n || !lo) {
+            free(n);
+            free(lo);
             return tsr__error(TSR_ENOMEM, "graph allocator: %zu-entry table", want);
+        }
         free(ga->info);
+        free(ga->lane_offs);
         ga->info = n;
+        ga->lane_offs = lo;
         ga->info_size = want;
     } else {
         memset(ga->info, 0, ga->info_size * sizeof(*ga->info));
@@ -197,11 +210,11 @@ static bool is_managed(const tsr_gallocr *ga, const tsr_tensor *t)
     return !t->buffer || (ga->buf && t->buffer == ga->buf);
 }
 
-static void plan_alloc(tsr_gallocr *ga, ga_info *in)
+static void plan_alloc(tsr_gallocr *ga, ga_info *in, int lane)
 {
     if (in->allocated || !in->managed || in->t->view_src)
         return;
-    in->size = tsr__align_up(tsr_buft_alloc_size(ga->buft, in->t), ga->align);
+    in->size = tsr__align_up(tsr_buft_alloc_size_lane(ga->buft, in->t, lane), ga->align);
     if (in->size == 0)
         in->size = ga->align;
     in->offset = offset_alloc(ga, in->size);
@@ -242,7 +255,9 @@ static tsr_status plan_release(tsr_gallocr *ga, ga_info *in)
     return offset_free(ga, in->offset, in->size);
 }
 
-static tsr_status plan(tsr_gallocr *ga, const tsr_graph *g)
+/* Plans lane `lane`: offsets land in ga->lane_offs, the size needed in
+ * ga->lane_high[lane]. */
+static tsr_status plan_lane(tsr_gallocr *ga, const tsr_graph *g, int lane)
 {
     tsr_status st = info_prepare(ga, g);
     if (st != TSR_OK)
@@ -274,16 +289,16 @@ static tsr_status plan(tsr_gallocr *ga, const tsr_graph *g)
     }
     /* Leaves without memory (inputs) are placed first and kept. */
     for (size_t i = 0; i < g->n_leafs; i++)
-        plan_alloc(ga, info_get(ga, g->leafs[i], false));
+        plan_alloc(ga, info_get(ga, g->leafs[i], false), lane);
 
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tsr_tensor *n = g->nodes[i];
         if (n->view_src) {
             ga_info *root = info_get(ga, n->view_src, false);
             if (root)
-                plan_alloc(ga, root);
+                plan_alloc(ga, root, lane);
         }
-        plan_alloc(ga, info_get(ga, n, false));
+        plan_alloc(ga, info_get(ga, n, false), lane);
         for (int s = 0; s < TSR_MAX_SRC; s++) {
             ga_info *in = n->src[s] ? info_get(ga, n->src[s], false) : NULL;
             if (in && (st = plan_child_done(ga, in)) != TSR_OK)
@@ -294,20 +309,36 @@ static tsr_status plan(tsr_gallocr *ga, const tsr_graph *g)
         if (self->n_children == 0 && (st = plan_release(ga, self)) != TSR_OK)
             return st;
     }
+    for (size_t i = 0; i < ga->info_size; i++)
+        ga->lane_offs[(size_t)lane * ga->info_size + i] = ga->info[i].offset;
+    ga->lane_high[lane] = ga->high_water;
     return TSR_OK;
 }
 
-static tsr_status ensure_buffer(tsr_gallocr *ga, size_t size)
+static tsr_status plan(tsr_gallocr *ga, const tsr_graph *g)
 {
-    if (ga->buf && tsr_buf_size(ga->buf) >= size)
+    tsr_status st = TSR_OK;
+    for (int l = 0; l < ga->n_lanes && st == TSR_OK; l++)
+        st = plan_lane(ga, g, l);
+    return st;
+}
+
+static tsr_status ensure_buffer(tsr_gallocr *ga)
+{
+    bool fits = ga->buf != NULL;
+    for (int l = 0; l < ga->n_lanes && fits; l++)
+        fits = tsr_buf_lane_size(ga->buf, l) >= ga->lane_high[l];
+    if (fits)
         return TSR_OK;
     tsr_buf *nb = NULL;
-    tsr_status st = tsr_buft_alloc(ga->buft, size, &nb);
+    tsr_status st = tsr_buft_alloc_lanes(ga->buft, ga->lane_high, &nb);
     if (st != TSR_OK)
         return st;
     tsr_buf_set_usage(nb, TSR_BUF_USAGE_COMPUTE);
-    TSR_LOG_D("graph allocator: compute buffer %zu -> %zu bytes on %s",
-              ga->buf ? tsr_buf_size(ga->buf) : (size_t)0, size, tsr_buft_name(ga->buft));
+    for (int l = 0; l < ga->n_lanes; l++)
+        TSR_LOG_D("graph allocator: %s lane %d: compute buffer %zu -> %zu bytes",
+                  tsr_buft_name(ga->buft), l, ga->buf ? tsr_buf_lane_size(ga->buf, l) : (size_t)0,
+                  ga->lane_high[l]);
     tsr_buf_free(ga->buf);
     ga->buf = nb;
     return TSR_OK;
@@ -320,7 +351,7 @@ tsr_status tsr_gallocr_reserve(tsr_gallocr *ga, tsr_graph *g)
     tsr_status st = plan(ga, g);
     if (st != TSR_OK)
         return st;
-    return ensure_buffer(ga, ga->high_water);
+    return ensure_buffer(ga);
 }
 
 static tsr_status place(tsr_gallocr *ga, tsr_tensor *t)
@@ -330,7 +361,11 @@ static tsr_status place(tsr_gallocr *ga, tsr_tensor *t)
         return TSR_OK;
     t->buffer = NULL;
     t->data = NULL;
-    return tsr_buf_place_tensor(ga->buf, t, in->offset);
+    size_t offsets[TSR_MAX_LANES];
+    const size_t slot = (size_t)(in - ga->info);
+    for (int l = 0; l < ga->n_lanes; l++)
+        offsets[l] = ga->lane_offs[(size_t)l * ga->info_size + slot];
+    return tsr_buf_place_tensor_lanes(ga->buf, t, offsets);
 }
 
 tsr_status tsr_gallocr_alloc_graph(tsr_gallocr *ga, tsr_graph *g)
@@ -339,9 +374,13 @@ tsr_status tsr_gallocr_alloc_graph(tsr_gallocr *ga, tsr_graph *g)
         return tsr__error(TSR_EINVAL, "gallocr_alloc_graph: NULL argument");
     tsr_status st = plan(ga, g);
     if (st == TSR_OK)
-        st = ensure_buffer(ga, ga->high_water);
+        st = ensure_buffer(ga);
     if (st != TSR_OK)
         return st;
+    /* Every tensor of the buffer is placed anew: per-tensor state of the
+     * previous graph can go. */
+    if (ga->buf->iface->reset)
+        ga->buf->iface->reset(ga->buf);
     /* Plan offsets survive release (size stays set), so every managed
      * non-view tensor has its place now. */
     for (size_t i = 0; i < g->n_leafs && st == TSR_OK; i++)

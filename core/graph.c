@@ -182,13 +182,17 @@ tsr_status tsr_graph_build(tsr_graph *g, tsr_tensor *t)
     return TSR_OK;
 }
 
-tsr_status tsr__graph_add_node(tsr_graph *g, tsr_tensor *t)
+tsr_status tsr_graph_add_node(tsr_graph *g, tsr_tensor *t)
 {
-    if (g->n_nodes >= g->cap)
-        return tsr__error(TSR_ERANGE, "graph: more than %zu nodes", g->cap);
-    if (!hash_insert(g, t))
+    if (!g || !t)
+        return tsr__error(TSR_EINVAL, "graph_add_node: NULL argument");
+    if (tsr__graph_contains(g, t))
         return TSR_OK;
+    if (g->n_nodes >= g->cap)
+        return tsr__error(TSR_ERANGE, "graph_add_node: more than %zu nodes", g->cap);
+    hash_insert(g, t);
     g->nodes[g->n_nodes++] = t;
+    t->flags |= TSR_TENSOR_FLAG_COMPUTE;
     return TSR_OK;
 }
 

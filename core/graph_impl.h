@@ -22,8 +22,5 @@ struct tsr_graph {
 };
 
 bool tsr__graph_contains(const tsr_graph *g, const tsr_tensor *t);
-/* Appends t as a node without visiting its sources (for graphs assembled by
- * hand, e.g. the one-node ADD of an all-reduce step). */
-tsr_status tsr__graph_add_node(tsr_graph *g, tsr_tensor *t);
 
 #endif /* TESSERA_CORE_GRAPH_IMPL_H */

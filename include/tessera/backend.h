@@ -99,6 +99,12 @@ bool tsr_dev_supports_buft(tsr_dev *dev, tsr_buft *buft);
 tsr_status tsr_backend_new(tsr_dev *dev, tsr_backend **out);
 
 /* ---- buffer types -------------------------------------------------------- */
+/* A buffer may span several separately placed memories ("lanes"): a meta
+ * device's buffer has one lane per sub-device, so that each device holds
+ * exactly its share. Ordinary buffers have one lane. The graph allocator and
+ * tsr_ctx_alloc_tensors plan every lane separately. */
+
+#define TSR_MAX_LANES 16
 
 const char *tsr_buft_name(tsr_buft *buft);
 tsr_dev *tsr_buft_dev(tsr_buft *buft);
@@ -109,6 +115,12 @@ size_t tsr_buft_max_size(tsr_buft *buft);
 /* Bytes a tensor takes in this buffer type (≥ tsr_nbytes; padding included). */
 size_t tsr_buft_alloc_size(tsr_buft *buft, const tsr_tensor *t);
 bool tsr_buft_is_host(tsr_buft *buft); /* data pointers are host addresses */
+int tsr_buft_n_lanes(tsr_buft *buft);
+/* Bytes t takes in lane i of this buffer type (tsr_buft_alloc_size for 1 lane). */
+size_t tsr_buft_alloc_size_lane(tsr_buft *buft, const tsr_tensor *t, int lane);
+/* Allocates sizes[i] bytes in each lane i (sizes has tsr_buft_n_lanes
+ * entries). tsr_buft_alloc(buft, size) gives `size` bytes in every lane. */
+tsr_status tsr_buft_alloc_lanes(tsr_buft *buft, const size_t *sizes, tsr_buf **out);
 
 /* ---- buffers ---------------------------------------------------------------- */
 
@@ -117,6 +129,8 @@ tsr_buft *tsr_buf_buft(tsr_buf *buf);
 size_t tsr_buf_size(tsr_buf *buf);
 void *tsr_buf_base(tsr_buf *buf);
 bool tsr_buf_is_host(tsr_buf *buf);
+int tsr_buf_n_lanes(tsr_buf *buf);
+size_t tsr_buf_lane_size(tsr_buf *buf, int lane); /* 0 for a lane out of range */
 void tsr_buf_set_usage(tsr_buf *buf, tsr_buf_usage usage);
 tsr_buf_usage tsr_buf_get_usage(tsr_buf *buf);
 /* Fills the whole buffer with `value` (blocking). */
@@ -124,6 +138,10 @@ tsr_status tsr_buf_clear(tsr_buf *buf, uint8_t value);
 /* Places t (not a view) at `offset` in buf: sets t->buffer and t->data.
  * TSR_ERANGE when it does not fit, TSR_EINVAL when misaligned. */
 tsr_status tsr_buf_place_tensor(tsr_buf *buf, tsr_tensor *t, size_t offset);
+/* Places t at offsets[i] in each lane i of a multi-lane buffer (checked for
+ * fit and alignment per lane). tsr_buf_place_tensor on such a buffer uses the
+ * same offset in every lane. */
+tsr_status tsr_buf_place_tensor_lanes(tsr_buf *buf, tsr_tensor *t, const size_t *offsets);
 /* Gives a view its buffer and data from its view_src (after that is placed). */
 tsr_status tsr_view_init(tsr_tensor *view);
 /* Allocates one buffer holding every unallocated non-view tensor of ctx and

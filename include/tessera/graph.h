@@ -39,6 +39,11 @@ tsr_tensor *tsr_graph_leaf(const tsr_graph *g, size_t i);
 /* The graph's last node (its main output), NULL when empty. */
 tsr_tensor *tsr_graph_last(const tsr_graph *g);
 
+/* Appends t as a node without visiting its sources, and flags it
+ * TSR_TENSOR_FLAG_COMPUTE: for graphs assembled by hand (e.g. the one-node
+ * ADD of an all-reduce step). Adding a node twice adds it once. */
+tsr_status tsr_graph_add_node(tsr_graph *g, tsr_tensor *t);
+
 /* A graph over nodes [first, first + n) of g, sharing g's tensors (for
  * running part of a graph, e.g. between two all-reduces). Leaves are not
  * copied. Free it with tsr_graph_free. */
