@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_comm.h"
 #include "backends/cpu/cpu_impl.h"
 
 #define CPU_MAX_DEVICES 64
@@ -475,6 +476,13 @@ static void *cpu_reg_get_proc(tsr_reg *r, const char *name)
         return (void *)(tsr_cpu_set_n_threads_fn)tsr_cpu_set_n_threads;
     if (strcmp(name, "tsr_cpu_set_reference") == 0)
         return (void *)(tsr_cpu_set_reference_fn)tsr_cpu_set_reference;
+    /* The native all-reduce (cpu_comm.c). */
+    if (strcmp(name, "tsr_comm_init") == 0)
+        return (void *)(tsr_comm_init_fn)tsr__cpu_comm_init;
+    if (strcmp(name, "tsr_comm_allreduce") == 0)
+        return (void *)(tsr_comm_allreduce_fn)tsr__cpu_comm_allreduce;
+    if (strcmp(name, "tsr_comm_free") == 0)
+        return (void *)(tsr_comm_free_fn)tsr__cpu_comm_free;
     return NULL;
 }
 

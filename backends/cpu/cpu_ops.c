@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_mm.h"
+#include "backends/cpu/cpu_vec.h"
 
 static void barrier_cb(void *ctx) { tsr__cpu_barrier((const tsr__cpu_params *)ctx); }
 
@@ -159,6 +160,43 @@ static bool fast_mul_mat_id(const tsr__cpu_params *p, tsr_tensor *n)
     return true;
 }
 
+/* ---- add: the same-shape, same-type case ------------------------------------------- */
+
+/* y = a + b with a, b, y contiguous, of one shape and one type (F32, F16,
+ * BF16): the in-place ADDs of the all-reduce (comm/). Threads split the
+ * elements in 64-byte-aligned ranges. Broadcasts and mixed types decline. */
+static bool fast_add(const tsr__cpu_params *p, tsr_tensor *n)
+{
+    const tsr_tensor *a = n->src[0], *b = n->src[1];
+    if (a->type != n->type || b->type != n->type || !tsr_same_shape(a, n) ||
+        !tsr_same_shape(b, n) || !tsr_is_contiguous(a) || !tsr_is_contiguous(b) ||
+        !tsr_is_contiguous(n))
+        return false;
+    const size_t es = tsr_type_size(n->type);
+    const int64_t unit = 64 / (int64_t)es, units = (tsr_nelements(n) + unit - 1) / unit;
+    int64_t u0, u1;
+    tsr__cpu_range(units, p->ith, p->nth, &u0, &u1);
+    const int64_t i0 = TSR_MIN(u0 * unit, tsr_nelements(n));
+    const int64_t i1 = TSR_MIN(u1 * unit, tsr_nelements(n));
+    const tsr__vec_ops *v = tsr__vec();
+    switch (n->type) {
+    case TSR_TYPE_F32:
+        v->add_f32((float *)n->data + i0, (const float *)a->data + i0, (const float *)b->data + i0,
+                   i1 - i0);
+        return true;
+    case TSR_TYPE_F16:
+        v->add_f16((tsr_fp16 *)n->data + i0, (const tsr_fp16 *)a->data + i0,
+                   (const tsr_fp16 *)b->data + i0, i1 - i0);
+        return true;
+    case TSR_TYPE_BF16:
+        v->add_bf16((tsr_bf16 *)n->data + i0, (const tsr_bf16 *)a->data + i0,
+                    (const tsr_bf16 *)b->data + i0, i1 - i0);
+        return true;
+    default:
+        return false;
+    }
+}
+
 size_t tsr__cpu_work_size(const tsr_tensor *n, int nth, bool reference)
 {
     size_t ref = tsr__cpu_ref_work_size(n, nth);
@@ -189,6 +227,10 @@ void tsr__cpu_compute_node(const tsr__cpu_params *p, tsr_tensor *n, bool referen
             break;
         case TSR_OP_FLASH_ATTN_EXT:
             if (tsr__cpu_flash_attn(p, n))
+                return;
+            break;
+        case TSR_OP_ADD:
+            if (fast_add(p, n))
                 return;
             break;
         default:

@@ -40,11 +40,32 @@ static void g_scale_axpy_f16(float *acc, float s, float w, const tsr_fp16 *v, in
         acc[i] = acc[i] * s + w * tsr_fp16_to_f32(v[i]);
 }
 
+static void g_add_f32(float *y, const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+static void g_add_f16(tsr_fp16 *y, const tsr_fp16 *a, const tsr_fp16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = tsr_f32_to_fp16(tsr_fp16_to_f32(a[i]) + tsr_fp16_to_f32(b[i]));
+}
+
+static void g_add_bf16(tsr_bf16 *y, const tsr_bf16 *a, const tsr_bf16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = tsr_f32_to_bf16(tsr_bf16_to_f32(a[i]) + tsr_bf16_to_f32(b[i]));
+}
+
 const tsr__vec_ops tsr__vec_generic = {
     .dot_f32 = g_dot_f32,
     .dot_f16 = g_dot_f16,
     .scale_axpy_f32 = g_scale_axpy_f32,
     .scale_axpy_f16 = g_scale_axpy_f16,
+    .add_f32 = g_add_f32,
+    .add_f16 = g_add_f16,
+    .add_bf16 = g_add_bf16,
 };
 
 const tsr__vec_ops *tsr__vec(void)

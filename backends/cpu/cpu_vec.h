@@ -1,5 +1,5 @@
 /* backends/cpu/cpu_vec.h — small vector primitives of the CPU fast paths
- * (dot products, scaled accumulation, row transforms) with a plain C and an
+ * (dot products, scaled accumulation, element-wise add) with a plain C and an
  * AVX-512 implementation, chosen once at run time.
  *
  * Not the matrix kernels (cpu_mm.h). Every primitive works for any n ≥ 0
@@ -19,6 +19,11 @@ typedef struct tsr__vec_ops {
     /* acc[i] = acc[i]·s + w·v[i] with v in F32 / F16. */
     void (*scale_axpy_f32)(float *acc, float s, float w, const float *v, int64_t n);
     void (*scale_axpy_f16)(float *acc, float s, float w, const tsr_fp16 *v, int64_t n);
+    /* y[i] = a[i] + b[i] in F32 arithmetic, rounded once to the type (round to
+     * nearest even, as tsr_f32_to_fp16 / tsr_f32_to_bf16). y may alias a or b. */
+    void (*add_f32)(float *y, const float *a, const float *b, int64_t n);
+    void (*add_f16)(tsr_fp16 *y, const tsr_fp16 *a, const tsr_fp16 *b, int64_t n);
+    void (*add_bf16)(tsr_bf16 *y, const tsr_bf16 *a, const tsr_bf16 *b, int64_t n);
 } tsr__vec_ops;
 
 /* The best implementation for this CPU (never NULL). */

@@ -4,6 +4,7 @@
  */
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_avx512.h"
 #include "backends/cpu/cpu_vec.h"
 
 static inline __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1u); }
@@ -70,9 +71,47 @@ static void v_scale_axpy_f16(float *acc, float s, float w, const tsr_fp16 *v, in
     }
 }
 
+static void v_add_f32(float *y, const float *a, const float *b, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 64; k += 16)
+            _mm512_storeu_ps(y + i + k,
+                             _mm512_add_ps(_mm512_loadu_ps(a + i + k), _mm512_loadu_ps(b + i + k)));
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        _mm512_mask_storeu_ps(
+            y + i, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
+static void v_add_f16(tsr_fp16 *y, const tsr_fp16 *a, const tsr_fp16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tsr__avx512_mask(i, n);
+        tsr__avx512_store_f16(
+            y + i, m,
+            _mm512_add_ps(tsr__avx512_load_f16(a + i, m), tsr__avx512_load_f16(b + i, m)));
+    }
+}
+
+static void v_add_bf16(tsr_bf16 *y, const tsr_bf16 *a, const tsr_bf16 *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tsr__avx512_mask(i, n);
+        tsr__avx512_store_bf16(
+            y + i, m,
+            _mm512_add_ps(tsr__avx512_load_bf16(a + i, m), tsr__avx512_load_bf16(b + i, m)));
+    }
+}
+
 const tsr__vec_ops tsr__vec_avx512 = {
     .dot_f32 = v_dot_f32,
     .dot_f16 = v_dot_f16,
     .scale_axpy_f32 = v_scale_axpy_f32,
     .scale_axpy_f16 = v_scale_axpy_f16,
+    .add_f32 = v_add_f32,
+    .add_f16 = v_add_f16,
+    .add_bf16 = v_add_bf16,
 };

@@ -3,6 +3,7 @@
 #define TESSERA_TESSERA_H
 
 #include "backend.h"
+#include "comm.h"
 #include "cpu.h"
 #include "graph.h"
 #include "status.h"
