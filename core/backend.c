@@ -109,6 +109,11 @@ bool tsr_buft_is_host(tsr_buft *buft)
     return buft->iface->is_host ? buft->iface->is_host(buft) : false;
 }
 
+tsr_status tsr__buft_check_tensor(tsr_buft *buft, const tsr_tensor *t)
+{
+    return buft->iface->check_tensor ? buft->iface->check_tensor(buft, t) : TSR_OK;
+}
+
 int tsr_buft_n_lanes(tsr_buft *buft)
 {
     return buft->iface->get_n_lanes ? buft->iface->get_n_lanes(buft) : 1;
@@ -132,14 +137,15 @@ tsr_status tsr_buft_alloc_lanes(tsr_buft *buft, const size_t *sizes, tsr_buf **o
     size_t ask[TSR_MAX_LANES], largest = 0;
     for (int i = 0; i < n; i++) {
         if (sizes[i] > tsr_buft_max_size(buft))
-            return tsr__error(TSR_ENOMEM, "%s: %zu bytes in lane %d exceed the largest allocation (%zu)",
+            return tsr__error(TSR_ENOMEM,
+                              "%s: %zu bytes in lane %d exceed the largest allocation (%zu)",
                               tsr_buft_name(buft), sizes[i], i, tsr_buft_max_size(buft));
         ask[i] = sizes[i] ? sizes[i] : 1;
         largest = TSR_MAX(largest, sizes[i]);
     }
     tsr_buf *buf = NULL;
-    tsr_status st = n == 1 ? buft->iface->alloc(buft, ask[0], &buf)
-                           : buft->iface->alloc_lanes(buft, ask, &buf);
+    tsr_status st =
+        n == 1 ? buft->iface->alloc(buft, ask[0], &buf) : buft->iface->alloc_lanes(buft, ask, &buf);
     if (st != TSR_OK)
         return st;
     buf->buft = buft;
@@ -207,15 +213,16 @@ tsr_status tsr_buf_place_tensor_lanes(tsr_buf *buf, tsr_tensor *t, const size_t 
         const size_t need = tsr_buft_alloc_size_lane(buf->buft, t, i);
         size_t end;
         if (!tsr__add_ok(offsets[i], need, &end) || end > buf->lane_size[i])
-            return tsr__error(TSR_ERANGE,
-                              "buf_place_tensor: '%s' needs %zu bytes at offset %zu of lane %d; the "
-                              "lane has %zu",
-                              tsr__tname(t), need, offsets[i], i, buf->lane_size[i]);
+            return tsr__error(
+                TSR_ERANGE,
+                "buf_place_tensor: '%s' needs %zu bytes at offset %zu of lane %d; the "
+                "lane has %zu",
+                tsr__tname(t), need, offsets[i], i, buf->lane_size[i]);
     }
     t->buffer = buf;
     t->data = (char *)tsr_buf_base(buf) + offsets[0];
     tsr_status st = TSR_OK;
-    if (buf->n_lanes > 1)
+    if (buf->iface->init_tensor_lanes)
         st = buf->iface->init_tensor_lanes(buf, t, offsets);
     else if (buf->iface->init_tensor)
         st = buf->iface->init_tensor(buf, t);
@@ -263,6 +270,9 @@ tsr_status tsr_ctx_alloc_tensors(tsr_ctx *ctx, tsr_buft *buft, tsr_buf **out)
         tsr_tensor *t = tsr_ctx_tensor(ctx, i);
         if (t->buffer || t->view_src)
             continue;
+        tsr_status cst = tsr__buft_check_tensor(buft, t);
+        if (cst != TSR_OK)
+            return cst;
         any = true;
         for (int l = 0; l < lanes; l++) {
             const size_t sz = tsr__align_up(tsr_buft_alloc_size_lane(buft, t, l), align);

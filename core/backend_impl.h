@@ -98,6 +98,10 @@ struct tsr_buft_i {
     size_t (*get_alloc_size_lane)(tsr_buft *buft, const tsr_tensor *t, int lane);
     /* Allocates sizes[i] bytes in each lane i (core passes at least 1). */
     tsr_status (*alloc_lanes)(tsr_buft *buft, const size_t *sizes, tsr_buf **out);
+    /* Whether t (a tensor to place, or a view of one) can live in this buffer
+     * type; an error names why (e.g. a meta device's split rules). Called by
+     * the allocators before sizing. Optional: default TSR_OK. */
+    tsr_status (*check_tensor)(tsr_buft *buft, const tsr_tensor *t);
 };
 
 struct tsr_buft {
@@ -140,8 +144,9 @@ struct tsr_buf_i {
     /* Blocking fill of the whole buffer. Required. */
     tsr_status (*clear)(tsr_buf *buf, uint8_t value);
     /* Places t at offsets[i] of each lane i; core has set t->buffer and
-     * t->data (lane 0's address space). Required for multi-lane buffers,
-     * which receive this instead of init_tensor for non-view tensors. */
+     * t->data (lane 0's address space). Required for multi-lane buffers;
+     * when present it is called instead of init_tensor for non-view
+     * tensors. */
     tsr_status (*init_tensor_lanes)(tsr_buf *buf, tsr_tensor *t, const size_t *offsets);
     /* Forgets the per-tensor state of every tensor placed so far (the memory
      * stays): the graph allocator calls it before placing a graph anew.

@@ -318,6 +318,13 @@ static tsr_status plan_lane(tsr_gallocr *ga, const tsr_graph *g, int lane)
 static tsr_status plan(tsr_gallocr *ga, const tsr_graph *g)
 {
     tsr_status st = TSR_OK;
+    /* The buffer type may refuse a tensor (and say why) before sizing it. */
+    for (size_t i = 0; i < g->n_leafs && st == TSR_OK; i++)
+        if (is_managed(ga, g->leafs[i]))
+            st = tsr__buft_check_tensor(ga->buft, g->leafs[i]);
+    for (size_t i = 0; i < g->n_nodes && st == TSR_OK; i++)
+        if (is_managed(ga, g->nodes[i]) || g->nodes[i]->view_src)
+            st = tsr__buft_check_tensor(ga->buft, g->nodes[i]);
     for (int l = 0; l < ga->n_lanes && st == TSR_OK; l++)
         st = plan_lane(ga, g, l);
     return st;

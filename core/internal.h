@@ -62,6 +62,11 @@ static inline size_t tsr__align_up(size_t x, size_t align)
 #define TSR_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TSR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+struct tsr_buft;
+struct tsr_tensor;
+/* A buffer type's check of a tensor before placement (TSR_OK by default). */
+tsr_status tsr__buft_check_tensor(struct tsr_buft *buft, const struct tsr_tensor *t);
+
 /* Monotonic time in nanoseconds. */
 uint64_t tsr__time_ns(void);
 

@@ -99,6 +99,17 @@ size_t tu_devices(tsr_dev **out, size_t max)
         if (tsr_dev_get_type(d) != TSR_DEV_META)
             out[n++] = d;
     }
+    /* With two CPU devices or more, a meta device over them joins (every
+     * tensor mirrored: the meta plumbing under every op). */
+    static tsr_dev *meta;
+    tsr_reg *cpu = tsr_cpu_reg();
+    if (!meta && tsr_reg_dev_count(cpu) >= 2) {
+        tsr_dev *subs[2] = {tsr_reg_dev_get(cpu, 0), tsr_reg_dev_get(cpu, 1)};
+        if (tsr_meta_device_new(subs, 2, NULL, NULL, &meta) != TSR_OK)
+            meta = NULL;
+    }
+    if (meta && n < max)
+        out[n++] = meta;
     return n;
 }
 

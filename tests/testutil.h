@@ -43,8 +43,8 @@ tsr_status tu_read_f32(const tsr_tensor *t, float *out);
 /* Normalized mean squared error Σ(a-b)² / Σb² (0 when both are zero). */
 double tu_nmse(const float *got, const float *want, int64_t n);
 
-/* The devices under test: every device of every registry, excluding meta
- * devices. */
+/* The devices under test: every device of every registry, plus a meta
+ * device over the first two CPU devices when there are two. */
 size_t tu_devices(tsr_dev **out, size_t max);
 
 /* A CPU stream running the reference kernels (the oracle). */

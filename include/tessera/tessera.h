@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "cpu.h"
 #include "graph.h"
+#include "meta.h"
 #include "status.h"
 #include "tensor.h"
 
