@@ -14,9 +14,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
-#include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "tessera/tessera.h"
 
 void openblas_set_num_threads(int num_threads);
@@ -36,13 +35,6 @@ typedef struct {
     FILE *md;
     FILE *dat; /* "label ratio target" rows for bench/plot_ops.gp */
 } bench_cfg;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, tsr_status st)
 {
@@ -75,141 +67,27 @@ static void report(bench_cfg *c, const char *name, const char *shape, double val
         fprintf(c->dat, "\"%s\\n%s\" %.4f %.2f\n", name, shape, ratio, target);
 }
 
-/* ---- baselines ---------------------------------------------------------------------------- */
+/* ---- baselines ------------------------------------------------------------------------------ */
 
-typedef struct {
-    const float *src;
-    float *dst;
-    size_t n;
-    double sum;
-} slice;
-
-/* The fastest plain read we know here: 8 independent accumulators and a
- * software prefetch 8 KiB ahead (5-13% above a loop without them). */
-__attribute__((target("avx512f"))) static double read_sum_avx512(const float *p, size_t n)
+/* Best of `reps` passes. */
+static double best_read(const bu_mem *m, int threads, int reps)
 {
-    __m512 a[8];
-    for (int j = 0; j < 8; j++)
-        a[j] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        _mm_prefetch((const char *)(p + i + 2048), _MM_HINT_T0);
-        _mm_prefetch((const char *)(p + i + 2048 + 64), _MM_HINT_T0);
-        for (int j = 0; j < 8; j++)
-            a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
-    }
-    for (int j = 1; j < 8; j++)
-        a[0] = _mm512_add_ps(a[0], a[j]);
-    double s = _mm512_reduce_add_ps(a[0]);
-    for (; i < n; i++)
-        s += p[i];
-    return s;
-}
-
-static double read_sum_plain(const float *p, size_t n)
-{
-    float a[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++)
-            a[j] += p[i + j];
-    double s = 0;
-    for (int j = 0; j < 16; j++)
-        s += a[j];
-    for (; i < n; i++)
-        s += p[i];
-    return s;
-}
-
-static void *read_worker(void *arg)
-{
-    slice *s = arg;
-    s->sum = __builtin_cpu_supports("avx512f") ? read_sum_avx512(s->src, s->n)
-                                               : read_sum_plain(s->src, s->n);
-    return NULL;
-}
-
-static void *copy_worker(void *arg)
-{
-    slice *s = arg;
-    memcpy(s->dst, s->src, s->n * sizeof(float));
-    return NULL;
-}
-
-/* Runs fn over n floats split among `threads` threads; returns seconds. */
-static double run_split(void *(*fn)(void *), const float *src, float *dst, size_t n, int threads)
-{
-    pthread_t th[64];
-    slice sl[64];
-    const size_t per = (n / (size_t)threads) & ~(size_t)63;
-    const double t0 = now_s();
-    for (int i = 0; i < threads; i++) {
-        sl[i] = (slice){src + per * (size_t)i, dst ? dst + per * (size_t)i : NULL,
-                        i == threads - 1 ? n - per * (size_t)i : per, 0};
-        pthread_create(&th[i], NULL, fn, &sl[i]);
-    }
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
-    return now_s() - t0;
-}
-
-static double best_of(int reps, double (*fn)(void *), void *arg)
-{
-    double best = 1e30;
+    double best = 0;
     for (int r = 0; r < reps; r++) {
-        const double t = fn(arg);
-        if (t < best)
-            best = t;
+        const double g = bu_read_gbs(m, threads);
+        best = g > best ? g : best;
     }
     return best;
 }
 
-typedef struct {
-    const float *src;
-    float *dst;
-    size_t n;
-    int threads;
-} membench;
-
-static double read_once(void *a)
+static double best_copy(const bu_mem *m, int threads, int reps)
 {
-    membench *m = a;
-    return run_split(read_worker, m->src, NULL, m->n, m->threads);
-}
-
-static double copy_once(void *a)
-{
-    membench *m = a;
-    return run_split(copy_worker, m->src, m->dst, m->n, m->threads);
-}
-
-/* The streaming-read baseline: a 256 MiB array summed by c->threads threads. */
-static membench stream_read_new(bench_cfg *c)
-{
-    const size_t n = (c->quick ? 16u : 256u) << 18; /* MiB → floats */
-    float *a = aligned_alloc(64, n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        a[i] = (float)(i & 7);
-    return (membench){a, NULL, n, c->threads};
-}
-
-static double bench_stream_read(bench_cfg *c, membench *m)
-{
-    const double t = best_of(c->quick ? 3 : 8, read_once, m);
-    return (double)(m->n * sizeof(float)) / t * 1e-9;
-}
-
-static double bench_memcpy(bench_cfg *c)
-{
-    const size_t n = (c->quick ? 8u : 64u) << 18;
-    float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float));
-    memset(a, 1, n * sizeof(float));
-    memset(b, 0, n * sizeof(float));
-    membench m = {a, b, n, c->threads};
-    const double t = best_of(c->quick ? 3 : 8, copy_once, &m);
-    free(a);
-    free(b);
-    return (double)(n * sizeof(float)) / t * 1e-9;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        const double g = bu_copy_gbs(m, threads);
+        best = g > best ? g : best;
+    }
+    return best;
 }
 
 /* OpenBLAS: C[N, T] = Wᵀ X in column-major terms: Y (N×T) = Wᵀ (N×K) · X (K×T). */
@@ -225,10 +103,10 @@ static double bench_sgemm(bench_cfg *c, int64_t K, int64_t N, int64_t T)
     openblas_set_num_threads(c->threads);
     double best = 1e30;
     for (int r = 0; r < (c->quick ? 2 : 4); r++) {
-        const double t0 = now_s();
+        const double t0 = bu_now();
         cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)N, (int)T, (int)K, 1.0f, w,
                     (int)K, x, (int)K, 0.0f, y, (int)N);
-        const double t = now_s() - t0;
+        const double t = bu_now() - t0;
         if (r > 0 && t < best)
             best = t;
     }
@@ -295,9 +173,9 @@ static double time_graph(tsr_backend *be, tsr_graph *g, int reps)
         die("graph compute", st);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        const double t0 = now_s();
+        const double t0 = bu_now();
         tsr_backend_graph_compute(be, g);
-        const double t = now_s() - t0;
+        const double t = bu_now() - t0;
         if (t < best)
             best = t;
     }
@@ -328,23 +206,11 @@ static void bench_gemm(bench_cfg *c, tsr_backend *be, tsr_type type, int64_t K, 
     mm_graph_free(&m);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Matrix-vector products are bound by memory bandwidth, which drifts on a
  * shared host: the streaming read is measured alternately with the kernel,
  * and the figure is the median of the per-repetition ratios. */
 static void bench_matvec(bench_cfg *c, tsr_backend *be, tsr_type type, int64_t K, int64_t N,
-                         membench *read)
+                         const bu_mem *read)
 {
     mm_graph m = mm_graph_new(tsr_backend_dev(be), type, K, N, 1);
     tsr_status st = tsr_backend_graph_compute(be, m.g);
@@ -354,10 +220,10 @@ static void bench_matvec(bench_cfg *c, tsr_backend *be, tsr_type type, int64_t K
     double ratio[REPS], ours[REPS], base[REPS];
     const int reps = c->quick ? 5 : REPS;
     for (int r = 0; r < reps; r++) {
-        base[r] = (double)(read->n * sizeof(float)) / read_once(read) * 1e-9;
-        const double t0 = now_s();
+        base[r] = bu_read_gbs(read, c->threads);
+        const double t0 = bu_now();
         tsr_backend_graph_compute(be, m.g);
-        ours[r] = (double)tsr_nbytes(m.w) / (now_s() - t0) * 1e-9;
+        ours[r] = (double)tsr_nbytes(m.w) / (bu_now() - t0) * 1e-9;
         ratio[r] = ours[r] / base[r];
     }
     char name[64], shape[64];
@@ -365,7 +231,8 @@ static void bench_matvec(bench_cfg *c, tsr_backend *be, tsr_type type, int64_t K
     snprintf(shape, sizeof(shape), "%lldx%lld", (long long)K, (long long)N);
     const double target = type == TSR_TYPE_F32 ? 0.9 : 0.8;
     /* Value and baseline are medians; the ratio is the median ratio. */
-    const double mr = median(ratio, reps), mo = median(ours, reps), mb = median(base, reps);
+    const double mr = bu_median(ratio, reps), mo = bu_median(ours, reps),
+                 mb = bu_median(base, reps);
     report(c, name, shape, mo, "GB/s", "streaming read (alt.)", mo / mr, target);
     (void)mb;
     mm_graph_free(&m);
@@ -389,16 +256,16 @@ static void bench_two_devices(bench_cfg *c)
     tsr_backend_graph_compute(b1, m1.g);
     double seq = 1e30, par = 1e30;
     for (int r = 0; r < (c->quick ? 2 : 5); r++) {
-        double t0 = now_s();
+        double t0 = bu_now();
         tsr_backend_graph_compute(b0, m0.g);
         tsr_backend_graph_compute(b1, m1.g);
-        const double s = now_s() - t0;
-        t0 = now_s();
+        const double s = bu_now() - t0;
+        t0 = bu_now();
         tsr_backend_graph_compute_async(b0, m0.g);
         tsr_backend_graph_compute_async(b1, m1.g);
         tsr_backend_synchronize(b0);
         tsr_backend_synchronize(b1);
-        const double p = now_s() - t0;
+        const double p = bu_now() - t0;
         if (s < seq)
             seq = s;
         if (p < par)
@@ -497,12 +364,14 @@ int main(int argc, char **argv)
     printf("tessera bench_ops: %d threads%s\n\n%s", c.threads, c.quick ? " (quick)" : "", hdr);
     fprintf(c.md, "# bench_ops (%d threads%s)\n\n%s", c.threads, c.quick ? ", quick" : "", hdr);
 
-    membench read = stream_read_new(&c);
-    const double read_gbs = bench_stream_read(&c, &read);
+    bu_mem read = bu_mem_new(c.quick ? 16u << 20 : 256u << 20, 0);
+    bu_mem copy = bu_mem_new(c.quick ? 8u << 20 : 64u << 20, 1);
+    const double read_gbs = best_read(&read, c.threads, c.quick ? 3 : 8);
     report(&c, "streaming read", c.quick ? "16 MiB" : "256 MiB", read_gbs, "GB/s", "itself",
            read_gbs, 0);
-    report(&c, "memcpy", c.quick ? "8 MiB" : "64 MiB", bench_memcpy(&c), "GB/s", "streaming read",
-           read_gbs, 0);
+    report(&c, "memcpy", c.quick ? "8 MiB" : "64 MiB", best_copy(&copy, c.threads, c.quick ? 3 : 8),
+           "GB/s", "streaming read", read_gbs, 0);
+    bu_mem_free(&copy);
 
     tsr_backend *be = cpu_stream(0, c.threads);
     const int64_t sq = c.quick ? 256 : 2048;
@@ -518,7 +387,7 @@ int main(int argc, char **argv)
     bench_matvec(&c, be, TSR_TYPE_F16, K, N, &read);
     bench_matvec(&c, be, TSR_TYPE_BF16, K, N, &read);
     bench_matvec(&c, be, TSR_TYPE_Q8_0, K, N, &read);
-    free((void *)read.src);
+    bu_mem_free(&read);
     tsr_backend_free(be);
     bench_two_devices(&c);
     fprintf(c.dat, "\"2 cpu devices\\nsequential/concurrent\" %.4f %.2f\n", two_dev_speedup,
