@@ -562,10 +562,6 @@ static tsr_status split_rec(meta_dev *md, const tsr_tensor *t, tsr_split *out, i
 
 static tsr_status split_compute(meta_dev *md, const tsr_tensor *t, tsr_split *out, int depth)
 {
-    if (t->buffer && tsr__meta_is_buf(t->buffer) && !t->view_src && t->extra) {
-        *out = ((const meta_tensor *)t->extra)->split;
-        return TSR_OK;
-    }
     if (t->view_src) {
         if (!tsr_op_is_view(t->op) && t->op != TSR_OP_CPY && t->op != TSR_OP_SET_ROWS)
             return tsr__error(TSR_EUNSUPPORTED, "meta: '%s' (%s) is a view of an unexpected kind",
@@ -591,6 +587,10 @@ static tsr_status split_compute(meta_dev *md, const tsr_tensor *t, tsr_split *ou
 
 static tsr_status split_rec(meta_dev *md, const tsr_tensor *t, tsr_split *out, int depth)
 {
+    if (t->buffer && tsr__meta_is_buf(t->buffer) && !t->view_src && t->extra) {
+        *out = ((const meta_tensor *)t->extra)->split; /* placed: its record */
+        return TSR_OK;
+    }
     if (depth > META_MAX_DEPTH)
         return tsr__error(TSR_ERANGE,
                           "meta: '%s' is more than %d ops from a placed tensor; allocate "
