@@ -18,16 +18,24 @@
 
 #include "comm/ar_impl.h"
 
-/* Auto, no native path: butterfly below these sizes, ring at or above, by
- * stream count (bench_comm, CPU streams on this project's 2-core machines;
- * see docs/architecture.md for the numbers). */
-static size_t ar_ring_threshold(int n)
+/* Auto, no native path: butterfly below these sizes, ring at or above.
+ * Crossovers measured by bench_comm on CPU streams (2-core machine, one
+ * worker thread per device), butterfly vs ring latency in µs.
+ * Direct mode (the two-shot ring, two synchronization points):
+ *   2 streams:   4 KiB  4.9 vs 5.3     16 KiB  5.5 vs 5.3
+ *   3 streams:   4 KiB  8.5 vs 7.1     16 KiB 12.9 vs 7.3
+ *   4 streams:   4 KiB 14.4 vs 16.5    16 KiB 18.6 vs 16.5
+ * Copies only (TSR_ALLREDUCE_DIRECT=0; the stepwise ring):
+ *   2 streams:  64 KiB  9.3 vs 12.0   256 KiB 21.5 vs 21.2    1 MiB  67 vs 46
+ *   3 streams: 256 KiB 36.7 vs 41.1     1 MiB  177 vs 126
+ *   4 streams: 256 KiB 56.8 vs 113      1 MiB  537 vs 241
+ * Beyond 4 streams (not measured here: more devices than cores) the
+ * 4-stream thresholds are kept. */
+static size_t ar_ring_threshold(int n, bool direct)
 {
-    if (n <= 2)
-        return (size_t)256 << 10;
-    if (n <= 4)
-        return (size_t)64 << 10;
-    return (size_t)32 << 10;
+    if (direct)
+        return (size_t)16 << 10;
+    return n <= 2 ? (size_t)256 << 10 : (size_t)512 << 10;
 }
 
 const char *tsr_allreduce_path_name(tsr_allreduce_path path)
@@ -79,18 +87,20 @@ static void ar_slot_release(ar_slot *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* Room for the largest call of either path over n streams: the ring makes
- * n(n-1) ADD graphs and 6 tensors per (step, device); the butterfly fewer. */
+/* Room for the largest call of any path over n streams: the copy-based ring
+ * makes n(n-1) ADD graphs and 6 tensors per (step, device); the direct ring
+ * n graphs of up to AR_BLOCKS(n) blocks of 3n - 2 tensors and 2(n - 1)
+ * nodes; the butterfly fewer. */
 static tsr_status ar_slot_init(tsr_allreduce *ar, ar_slot *s)
 {
-    const size_t n = (size_t)ar->n;
-    s->ctx = tsr_ctx_new(6 * n * n + 8 * n + 16);
+    const size_t n = (size_t)ar->n, blocks = (size_t)AR_BLOCKS(ar->n);
+    s->ctx = tsr_ctx_new(6 * n * n + n * blocks * (3 * n) + 8 * n + 16);
     s->n_graphs = TSR_MAX(n * (n - 1), n * 4);
     s->graphs = calloc(s->n_graphs, sizeof(*s->graphs));
     if (!s->ctx || !s->graphs)
         return tsr__error(TSR_ENOMEM, "allreduce: per-call state for %zu streams", n);
     for (size_t i = 0; i < s->n_graphs; i++)
-        if (!(s->graphs[i] = tsr_graph_new(4)))
+        if (!(s->graphs[i] = tsr_graph_new(2 * n * blocks + 4))) /* direct ring's */
             return tsr__error(TSR_ENOMEM, "allreduce: ADD graphs");
     for (int j = 0; j < ar->n; j++) {
         tsr_status st;
@@ -189,7 +199,6 @@ tsr_status tsr_allreduce_new(tsr_backend *const *backends, int n, tsr_allreduce 
     }
     ar->forced = ar_env_path();
     ar->last = TSR_ALLREDUCE_AUTO;
-    ar->ring_min_bytes = ar_ring_threshold(n);
     ar->direct = tsr__env_long("TSR_ALLREDUCE_DIRECT", 1) != 0;
     if (n > 1) {
         ar_find_native(ar);
@@ -279,6 +288,20 @@ static size_t ar_alignment(tsr_allreduce *ar, tsr_tensor *const *t)
     return align;
 }
 
+/* Direct mode: every device can use every tensor's memory and every other
+ * device's temporaries (where a staged W lives). */
+static bool ar_direct(const tsr_allreduce *ar, tsr_tensor *const *t)
+{
+    if (!ar->direct)
+        return false;
+    for (int k = 0; k < ar->n; k++)
+        for (int j = 0; j < ar->n; j++)
+            if (!tsr_dev_supports_buft(ar->dev[j], tsr_buf_buft(t[k]->buffer)) ||
+                !tsr_dev_supports_buft(ar->dev[j], tsr_dev_buft(ar->dev[k])))
+                return false;
+    return true;
+}
+
 /* Grows device j's temporary buffer to `need` bytes. The old buffer may be
  * in use by queued calls: wait for them first (rare: sizes only grow). */
 static tsr_status ar_grow(tsr_allreduce *ar, int j, size_t need)
@@ -312,13 +335,7 @@ static tsr_status ar_generic(tsr_allreduce *ar, tsr_tensor *const *t, tsr_allred
         const size_t off = (size_t)((char *)t[j]->data - (char *)tsr_buf_base(buf));
         c.staged[j] = off % align != 0 || tsr_buft_alloc_size(tsr_buf_buft(buf), t[j]) != nbytes;
     }
-    /* Direct mode: every device can read every W_k where it lives. */
-    c.direct = ar->direct;
-    for (int k = 0; k < ar->n && c.direct; k++) {
-        tsr_buft *where = c.staged[k] ? tsr_dev_buft(ar->dev[k]) : tsr_buf_buft(t[k]->buffer);
-        for (int j = 0; j < ar->n && c.direct; j++)
-            c.direct = tsr_dev_supports_buft(ar->dev[j], where);
-    }
+    c.direct = ar_direct(ar, t);
     for (int j = 0; j < ar->n; j++) {
         tsr_buf *buf = t[j]->buffer;
         const size_t need = tsr__ar_temp_layout(&c, path, j, c.staged[j], c.roff[j]);
@@ -375,10 +392,10 @@ tsr_status tsr_allreduce_run_path(tsr_allreduce *ar, tsr_tensor *const *tensors,
         return tsr__error(TSR_EINVAL, "allreduce: NULL engine");
     if ((int)path < TSR_ALLREDUCE_AUTO || path > TSR_ALLREDUCE_RING)
         return tsr__error(TSR_EINVAL, "allreduce: unknown path %d", (int)path);
+    ar->last = TSR_ALLREDUCE_AUTO; /* nothing ran (yet) */
     tsr_status st = ar_check(ar, tensors);
     if (st != TSR_OK)
         return st;
-    ar->last = TSR_ALLREDUCE_AUTO; /* nothing ran (yet) */
     if (ar->n == 1 || tsr_nelements(tensors[0]) == 0)
         return TSR_OK;
 
@@ -404,8 +421,9 @@ tsr_status tsr_allreduce_run_path(tsr_allreduce *ar, tsr_tensor *const *tensors,
         want = TSR_ALLREDUCE_AUTO;
     }
     if (want == TSR_ALLREDUCE_AUTO)
-        want = tsr_nbytes(tensors[0]) < ar->ring_min_bytes ? TSR_ALLREDUCE_BUTTERFLY
-                                                           : TSR_ALLREDUCE_RING;
+        want = tsr_nbytes(tensors[0]) < ar_ring_threshold(ar->n, ar_direct(ar, tensors))
+                   ? TSR_ALLREDUCE_BUTTERFLY
+                   : TSR_ALLREDUCE_RING;
     st = ar_generic(ar, tensors, want);
     if (st == TSR_OK) {
         ar->last = want;

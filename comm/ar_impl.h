@@ -17,6 +17,10 @@
 
 #define AR_MAX 16  /* streams per engine (the meta device's limit) */
 #define AR_SLOTS 4 /* generic collectives in flight before an enqueue waits */
+/* Direct ring: blocks of at least AR_BLOCK_BYTES, at most AR_BLOCKS(n) per
+ * chunk (so a call's tensors and graph nodes stay O(n), not O(n * size)). */
+#define AR_BLOCK_BYTES ((int64_t)512 << 10)
+#define AR_BLOCKS(n) ((n) >= 16 ? 1 : 16 / (n))
 
 /* The objects one generic call builds and enqueues. They must stay alive
  * until the streams have run them, so calls rotate over AR_SLOTS slots and
@@ -43,8 +47,7 @@ struct tsr_allreduce {
 
     tsr_allreduce_path forced; /* from TSR_ALLREDUCE; AUTO when unset */
     tsr_allreduce_path last;
-    size_t ring_min_bytes; /* auto, no native: ring at or above this size */
-    bool direct;           /* TSR_ALLREDUCE_DIRECT (default 1): allow ar_call.direct */
+    bool direct; /* TSR_ALLREDUCE_DIRECT (default 1): allow ar_call.direct */
 
     /* Temporaries: one buffer per device on its default buffer type, grown to
      * the largest need seen so far, never shrunk. */

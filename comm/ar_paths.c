@@ -23,14 +23,16 @@
  * full sum of chunk (j+1) mod n. All-gather, step t in [0, n-1): j copies
  * chunk (j-t) mod n from its left neighbour. 2(n-1)/n of the data per device.
  *
+ *
  * Direct mode: when every device can read every other's memory
- * (tsr_dev_supports_buft: CPU devices, GPUs with peer access), a pull runs
- * on the receiver's stream as a local copy and is ordered by an event
- * recorded on the sender at the start of the round, not by the copy
+ * (tsr_dev_supports_buft: CPU devices, GPUs with peer access), a butterfly
+ * pull runs on the receiver's stream as a local copy, ordered by an event
+ * recorded on the sender at the start of the round rather than by the copy
  * contract — which would also order it after the sender's own pull of the
- * same round and chain the round's pulls one after another. The ring's
- * reduce-scatter then also adds the neighbour's chunk straight from its
- * memory, one pass over the data less.
+ * same round and chain the round's pulls one after another. And the ring
+ * needs no steps: device j sums chunk j of every W in place and copies the
+ * sum into everyone's chunk j, with two synchronization points in all (the
+ * "two-shot" all-reduce; same 2(n-1)/n of the data per device).
  */
 #include <string.h>
 
@@ -63,24 +65,35 @@ static tsr_status ar_recv(ar_call *c, int j, int k, int64_t ne, tsr_tensor **out
     return ar_alias(c, c->ar->tmp[j], c->roff[j][k], ne, out);
 }
 
+/* Places node on the memory of `like` (an alias), so that it writes there. */
+static tsr_status ar_place_on(tsr_tensor *node, const tsr_tensor *like)
+{
+    const size_t off = (size_t)((char *)like->data - (char *)tsr_buf_base(like->buffer));
+    return tsr_buf_place_tensor(like->buffer, node, off);
+}
+
+/* The next one-node-or-more graph of the slot, emptied. */
+static tsr_status ar_graph(ar_call *c, tsr_graph **out)
+{
+    ar_slot *s = c->slot;
+    if (s->used_graphs >= s->n_graphs)
+        return tsr__error(TSR_EINTERNAL, "allreduce: %zu graphs per call exceeded", s->n_graphs);
+    *out = s->graphs[s->used_graphs++];
+    tsr_graph_reset(*out);
+    return TSR_OK;
+}
+
 /* Enqueues dst += src on device j's stream: one ADD node placed at dst's
  * own memory. */
 static tsr_status ar_add(ar_call *c, int j, tsr_tensor *dst, tsr_tensor *src)
 {
-    ar_slot *s = c->slot;
-    if (s->used_graphs >= s->n_graphs)
-        return tsr__error(TSR_EINTERNAL, "allreduce: %zu ADD graphs per call exceeded",
-                          s->n_graphs);
-    tsr_tensor *sum = tsr_add(s->ctx, dst, src);
+    tsr_tensor *sum = tsr_add(c->slot->ctx, dst, src);
     if (!sum)
-        return tsr__error(TSR_EINTERNAL, "allreduce: ADD node: %s", tsr_ctx_error(s->ctx));
-    const size_t off = (size_t)((char *)dst->data - (char *)tsr_buf_base(dst->buffer));
-    tsr_status st = tsr_buf_place_tensor(dst->buffer, sum, off);
-    if (st != TSR_OK)
-        return st;
-    tsr_graph *g = s->graphs[s->used_graphs++];
-    tsr_graph_reset(g);
-    if ((st = tsr_graph_build(g, sum)) != TSR_OK)
+        return tsr__error(TSR_EINTERNAL, "allreduce: ADD node: %s", tsr_ctx_error(c->slot->ctx));
+    tsr_graph *g = NULL;
+    tsr_status st;
+    if ((st = ar_place_on(sum, dst)) != TSR_OK || (st = ar_graph(c, &g)) != TSR_OK ||
+        (st = tsr_graph_build(g, sum)) != TSR_OK)
         return st;
     return tsr_backend_graph_compute_async(c->ar->b[j], g);
 }
@@ -156,7 +169,7 @@ size_t tsr__ar_temp_layout(const ar_call *c, tsr_allreduce_path path, int j, boo
         int64_t first, len;
         tsr__ar_chunk(c->ne, c->unit, n, 0, &first, &len); /* chunk 0 is the largest */
         recv = tsr__align_up((size_t)len * c->es, align);
-        n_recv = c->direct ? 0 : n > 2 ? 2 : 1;
+        n_recv = c->direct ? 0 : n > 2 ? 2 : 1; /* direct: no copies at all */
     } else {
         const int p = 1 << ar_log2(n);
         const int uses = j >= p ? 0 : ar_log2(p) + (j < n - p ? 1 : 0); /* rounds + fold */
@@ -242,6 +255,76 @@ tsr_status tsr__ar_butterfly(ar_call *c)
 
 /* ---- ring ------------------------------------------------------------------------------------ */
 
+/* Direct mode: the reduce-scatter and the all-gather of the ring without
+ * its n-1 steps each. Device j owns chunk j: one graph on its stream sums
+ * chunk j of every W in place into W_j (n-1 ADD nodes, reading the others'
+ * memory), then copies the sum into chunk j of every other W (n-1 CPY
+ * nodes): 2(n-1)/n of the data read and written per device, as the ring,
+ * but two synchronization points instead of 2(n-1): every W ready before,
+ * every graph done after (the others read and write W_j). Large chunks go
+ * in up to AR_BLOCKS(n) blocks of ADDs then CPYs, so that the copies read
+ * a sum still in cache rather than from memory. */
+static tsr_status ar_ring_direct(ar_call *c, const int64_t *first, const int64_t *len)
+{
+    const int n = c->ar->n;
+    ar_slot *s = c->slot;
+    tsr_ctx *ctx = s->ctx;
+    tsr_status st;
+    for (int k = 0; k < n; k++)
+        if ((st = ar_record(c, s->ev_step, k)) != TSR_OK)
+            return st;
+    for (int j = 0; j < n; j++) {
+        for (int i = 1; i < n; i++)
+            if ((st = ar_wait(c, s->ev_step, j, (j + i) % n)) != TSR_OK)
+                return st;
+        if (len[j] == 0)
+            continue;
+        tsr_graph *g = NULL;
+        if ((st = ar_graph(c, &g)) != TSR_OK)
+            return st;
+        const int64_t units = (len[j] + c->unit - 1) / c->unit;
+        const int64_t want =
+            ((int64_t)len[j] * (int64_t)c->es + AR_BLOCK_BYTES - 1) / AR_BLOCK_BYTES;
+        const int blocks = (int)TSR_MIN(TSR_MIN(want, (int64_t)AR_BLOCKS(n)), units);
+        for (int bl = 0; bl < blocks; bl++) {
+            int64_t b0, bn;
+            tsr__ar_chunk(len[j], c->unit, blocks, bl, &b0, &bn);
+            if (bn == 0)
+                continue;
+            tsr_tensor *w[AR_MAX], *sum;
+            for (int k = 0; k < n; k++)
+                if ((st = ar_work(c, k, first[j] + b0, bn, &w[k])) != TSR_OK)
+                    return st;
+            sum = w[j];
+            for (int i = 1; i < n; i++) {
+                tsr_tensor *next = tsr_add(ctx, sum, w[(j + i) % n]);
+                if (!next)
+                    return tsr__error(TSR_EINTERNAL, "allreduce: ADD node: %s", tsr_ctx_error(ctx));
+                if ((st = ar_place_on(next, w[j])) != TSR_OK)
+                    return st;
+                sum = next;
+            }
+            for (int i = 1; i < n; i++) {
+                tsr_tensor *cp = tsr_cpy(ctx, sum, w[(j + i) % n]);
+                if (!cp)
+                    return tsr__error(TSR_EINTERNAL, "allreduce: CPY node: %s", tsr_ctx_error(ctx));
+                if ((st = tsr_view_init(cp)) != TSR_OK || (st = tsr_graph_build(g, cp)) != TSR_OK)
+                    return st;
+            }
+        }
+        if ((st = tsr_backend_graph_compute_async(c->ar->b[j], g)) != TSR_OK)
+            return st;
+    }
+    for (int k = 0; k < n; k++)
+        if ((st = ar_record(c, s->ev_end, k)) != TSR_OK)
+            return st;
+    for (int j = 0; j < n; j++)
+        for (int i = 1; i < n; i++)
+            if ((st = ar_wait(c, s->ev_end, j, (j + i) % n)) != TSR_OK)
+                return st;
+    return ar_stage(c, false);
+}
+
 tsr_status tsr__ar_ring(ar_call *c)
 {
     const int n = c->ar->n;
@@ -252,43 +335,32 @@ tsr_status tsr__ar_ring(ar_call *c)
     tsr_status st = ar_stage(c, true);
     if (st != TSR_OK)
         return st;
+    if (c->direct)
+        return ar_ring_direct(c, first, len);
 
     /* Reduce-scatter. The chunk j adds at step s is read by its right
-     * neighbour only at step s + 1, after the add: by copy ordering, or —
-     * reading directly — after waiting for an event recorded behind the add. */
+     * neighbour only at step s + 1, after the add (copy ordering). */
     for (int step = 0; step < n - 1; step++) {
-        tsr_tensor *dst[AR_MAX], *src[AR_MAX];
+        tsr_tensor *dst[AR_MAX], *rx[AR_MAX];
         for (int j = 0; j < n; j++) {
             const int left = (j + n - 1) % n, k = ((j - 1 - step) % n + n) % n;
-            dst[j] = src[j] = NULL;
+            dst[j] = rx[j] = NULL;
             if (len[k] == 0)
                 continue;
-            tsr_tensor *far = NULL;
-            if ((st = ar_work(c, left, first[k], len[k], &far)) != TSR_OK ||
-                (st = ar_work(c, j, first[k], len[k], &dst[j])) != TSR_OK)
-                return st;
-            if (c->direct) {
-                src[j] = far;
-            } else if ((st = ar_recv(c, j, step % 2, len[k], &src[j])) != TSR_OK ||
-                       (st = ar_pull(c, left, j, far, src[j])) != TSR_OK) {
-                return st;
-            }
-        }
-        if (c->direct)
-            for (int j = 0; j < n; j++)
-                if ((st = ar_record(c, s->ev_step, j)) != TSR_OK)
-                    return st;
-        for (int j = 0; j < n; j++) {
-            if (!dst[j])
-                continue;
-            if (c->direct && (st = ar_wait(c, s->ev_step, j, (j + n - 1) % n)) != TSR_OK)
-                return st;
-            if ((st = ar_add(c, j, dst[j], src[j])) != TSR_OK)
+            tsr_tensor *src = NULL;
+            if ((st = ar_work(c, left, first[k], len[k], &src)) != TSR_OK ||
+                (st = ar_work(c, j, first[k], len[k], &dst[j])) != TSR_OK ||
+                (st = ar_recv(c, j, step % 2, len[k], &rx[j])) != TSR_OK ||
+                (st = ar_pull(c, left, j, src, rx[j])) != TSR_OK)
                 return st;
         }
+        for (int j = 0; j < n; j++)
+            if (dst[j] && (st = ar_add(c, j, dst[j], rx[j])) != TSR_OK)
+                return st;
     }
     /* All-gather overwrites chunk (j - t) of W_j at step t, which the right
-     * neighbour read at reduce-scatter step t: wait for its reduce-scatter. */
+     * neighbour read at reduce-scatter step t: wait for its reduce-scatter
+     * (the ring's chain of copy orderings implies it too; explicit is safer). */
     for (int j = 0; j < n; j++)
         if ((st = ar_record(c, s->ev_end, j)) != TSR_OK)
             return st;
@@ -296,9 +368,6 @@ tsr_status tsr__ar_ring(ar_call *c)
         if ((st = ar_wait(c, s->ev_end, j, (j + 1) % n)) != TSR_OK)
             return st;
     for (int step = 0; step < n - 1; step++) {
-        for (int j = 0; j < n && c->direct; j++)
-            if ((st = ar_record(c, s->ev_step, j)) != TSR_OK)
-                return st;
         for (int j = 0; j < n; j++) {
             const int left = (j + n - 1) % n, k = ((j - step) % n + n) % n;
             if (len[k] == 0)
@@ -306,7 +375,6 @@ tsr_status tsr__ar_ring(ar_call *c)
             tsr_tensor *src = NULL, *dst = NULL;
             if ((st = ar_work(c, left, first[k], len[k], &src)) != TSR_OK ||
                 (st = ar_work(c, j, first[k], len[k], &dst)) != TSR_OK ||
-                (c->direct && (st = ar_wait(c, s->ev_step, j, left)) != TSR_OK) ||
                 (st = ar_pull(c, left, j, src, dst)) != TSR_OK)
                 return st;
         }

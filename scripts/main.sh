@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # scripts/main.sh — the main job: installs what is missing, builds tessera
-# (Release) and runs the op benchmark, writing bench/results/ops.{jsonl,md,png}.
-# Extra arguments go to bench_ops (e.g. --threads 1, --quick).
+# (Release) and runs the op and all-reduce benchmarks, writing
+# bench/results/ops.{jsonl,md,png} and bench/results/comm.{jsonl,md,png}.
+# Extra arguments go to bench_ops (e.g. --threads 1, --quick); --quick also
+# makes bench_comm a short run. OpenMPI is installed for bench_comm's
+# MPI_Allreduce baseline (the benchmark runs without it too).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-"$tsr_root/scripts/deps.sh" "${TSR_PACKAGES[@]}" gnuplot-nox
+"$tsr_root/scripts/deps.sh" "${TSR_PACKAGES[@]}" gnuplot-nox openmpi-bin libopenmpi-dev
 tsr_build "$tsr_root/build" -DCMAKE_BUILD_TYPE=Release
 cd "$tsr_root"
 "$tsr_root/build/bench/bench_ops" --out "$tsr_root/bench/results" "$@"
 gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_ops.gp" &&
     echo "plot: $tsr_root/bench/results/ops.png"
+
+comm_args=()
+for a in "$@"; do
+    if [ "$a" = --quick ]; then comm_args+=(--quick); fi
+done
+"$tsr_root/build/bench/bench_comm" --out "$tsr_root/bench/results" "${comm_args[@]}"
+gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_comm.gp" &&
+    echo "plot: $tsr_root/bench/results/comm.png"
