@@ -11,7 +11,9 @@
  * second barrier keeps every worker (and so every stream's later work) from
  * going on before all shares are written. Per-call state lives in a ring of
  * preallocated slots, so collectives can be enqueued far ahead without any
- * allocation; the enqueue blocks only when the ring is full.
+ * allocation; the enqueue blocks only when the ring is full. When every
+ * stream is idle and the tensors are small, no job is needed at all: the
+ * calling thread sums in place (TSR_CPU_COMM_INLINE=0 turns that off).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -24,10 +26,11 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_mm.h"
 
-#define CPU_COMM_MAX 64                /* streams per context */
-#define CPU_COMM_SLOTS 64              /* collectives in flight per context */
-#define CPU_COMM_SPIN_NS 30000         /* spin this long at a rendezvous, then sleep */
-#define CPU_COMM_SOLO_BYTES (64 << 10) /* up to this, one worker sums it all */
+#define CPU_COMM_MAX 64                  /* streams per context */
+#define CPU_COMM_SLOTS 64                /* collectives in flight per context */
+#define CPU_COMM_SPIN_NS 30000           /* spin this long at a rendezvous, then sleep */
+#define CPU_COMM_SOLO_BYTES (64 << 10)   /* up to this, one worker sums it all */
+#define CPU_COMM_INLINE_BYTES (64 << 10) /* up to this, idle streams: the caller sums */
 
 typedef struct cpu_comm cpu_comm;
 typedef struct cpu_comm_slot cpu_comm_slot;
@@ -63,6 +66,7 @@ struct cpu_comm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     atomic_int sleepers;
+    bool inline_sum; /* TSR_CPU_COMM_INLINE (default 1): idle streams, caller sums */
 };
 
 static void cpu_comm_pause(void)
@@ -253,6 +257,7 @@ tsr_comm *tsr__cpu_comm_init(tsr_backend *const *backends, int n)
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     c->n = n;
+    c->inline_sum = tsr__env_long("TSR_CPU_COMM_INLINE", 1) != 0;
     c->streams = calloc((size_t)n, sizeof(*c->streams));
     c->slots = aligned_alloc(64, CPU_COMM_SLOTS * sizeof(cpu_comm_slot));
     void **data = calloc((size_t)n * CPU_COMM_SLOTS, sizeof(void *));
@@ -310,6 +315,21 @@ tsr_status tsr__cpu_comm_allreduce(tsr_comm *comm, tsr_tensor *const *tensors)
     }
     if (c->n == 1 || ne == 0)
         return TSR_OK;
+    /* Every stream idle and the tensors small: nothing can run before or
+     * between the jobs, so the caller sums right here; later work on every
+     * stream is enqueued after this returns, hence ordered after the sum. */
+    if (c->inline_sum && (size_t)ne * tsr_type_size(type) <= CPU_COMM_INLINE_BYTES) {
+        bool idle = true;
+        for (int j = 0; j < c->n && idle; j++)
+            idle = tsr__cpu_stream_idle(c->streams[j]);
+        if (idle) {
+            void *p[CPU_COMM_MAX];
+            for (int j = 0; j < c->n; j++)
+                p[j] = tensors[j]->data;
+            c->sum[type_index(type)](p, c->n, ne);
+            return TSR_OK;
+        }
+    }
 
     cpu_comm_slot *s = &c->slots[c->next % CPU_COMM_SLOTS];
     cpu_comm_wait(c, &s->left, c->n); /* the collective CPU_COMM_SLOTS ago is done */

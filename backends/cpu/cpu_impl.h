@@ -102,6 +102,8 @@ void tsr__cpu_stream_free(cpu_stream *s); /* waits for queued work */
 tsr_status tsr__cpu_stream_push(cpu_stream *s, const cpu_job *job);
 /* The ticket of the last job enqueued so far (0: none yet). */
 uint64_t tsr__cpu_stream_ticket(cpu_stream *s);
+/* True when every job enqueued so far has completed. */
+bool tsr__cpu_stream_idle(cpu_stream *s);
 /* Blocks until the stream has completed `ticket` jobs. */
 void tsr__cpu_stream_wait(cpu_stream *s, uint64_t ticket);
 /* Waits for everything queued; returns and clears the first run-time error. */

@@ -377,6 +377,11 @@ void tsr__cpu_stream_free(cpu_stream *s)
 
 uint64_t tsr__cpu_stream_ticket(cpu_stream *s) { return atomic_load(&s->submitted); }
 
+bool tsr__cpu_stream_idle(cpu_stream *s)
+{
+    return atomic_load(&s->completed) == atomic_load(&s->submitted);
+}
+
 void tsr__cpu_stream_wait(cpu_stream *s, uint64_t ticket)
 {
     if (spin_until(&s->completed, ticket))
