@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/main.sh — the main job: installs what is missing, builds tessera
-# (Release) and runs the op and all-reduce benchmarks, writing
-# bench/results/ops.{jsonl,md,png} and bench/results/comm.{jsonl,md,png}.
+# (Release) and runs the op, all-reduce and meta-device benchmarks, writing
+# bench/results/ops.{jsonl,md,png}, comm.{jsonl,md,png} and meta.{jsonl,md}.
 # Extra arguments go to bench_ops (e.g. --threads 1, --quick); --quick also
 # makes bench_comm a short run. OpenMPI is installed for bench_comm's
 # MPI_Allreduce baseline (the benchmark runs without it too).
@@ -22,3 +22,4 @@ done
 "$tsr_root/build/bench/bench_comm" --out "$tsr_root/bench/results" "${comm_args[@]}"
 gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_comm.gp" &&
     echo "plot: $tsr_root/bench/results/comm.png"
+"$tsr_root/build/bench/bench_meta" --out "$tsr_root/bench/results" "${comm_args[@]}"
