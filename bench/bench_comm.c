@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "tessera/tessera.h"
 
 #define MAX_SIZES 16
@@ -427,21 +428,8 @@ int main(int argc, char **argv)
     /* Four CPU devices (one thread each on this project's 2-core machines),
      * unless the user chose. */
     setenv("TSR_CPU_DEVICES", "4", 0);
-    if (mkdir(c.out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_comm: cannot create %s: %s\n", c.out_dir, strerror(errno));
+    if (!bu_open_outputs("bench_comm", c.out_dir, "comm", &c.jsonl, &c.md, &c.dat))
         return 1;
-    }
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/comm.jsonl", c.out_dir);
-    c.jsonl = fopen(path, "w");
-    snprintf(path, sizeof(path), "%s/comm.md", c.out_dir);
-    c.md = fopen(path, "w");
-    snprintf(path, sizeof(path), "%s/comm.dat", c.out_dir);
-    c.dat = fopen(path, "w");
-    if (!c.jsonl || !c.md || !c.dat) {
-        fprintf(stderr, "bench_comm: cannot write in %s: %s\n", c.out_dir, strerror(errno));
-        return 1;
-    }
 
     size_t sizes[MAX_SIZES];
     int n_sizes = 0;

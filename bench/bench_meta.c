@@ -180,19 +180,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_meta: needs 2 CPU devices (TSR_CPU_DEVICES=2)\n");
         return 1;
     }
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_meta: cannot create %s: %s\n", out_dir, strerror(errno));
+    FILE *jl, *md;
+    if (!bu_open_outputs("bench_meta", out_dir, "meta", &jl, &md, NULL))
         return 1;
-    }
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/meta.jsonl", out_dir);
-    FILE *jl = fopen(path, "w");
-    snprintf(path, sizeof(path), "%s/meta.md", out_dir);
-    FILE *md = fopen(path, "w");
-    if (!jl || !md) {
-        fprintf(stderr, "bench_meta: cannot write in %s\n", out_dir);
-        return 1;
-    }
     tsr_dev *cpu0 = tsr_reg_dev_get(tsr_cpu_reg(), 0), *cpu1 = tsr_reg_dev_get(tsr_cpu_reg(), 1);
     tsr_dev *subs[2] = {cpu0, cpu1}, *meta;
     tsr_status st = tsr_meta_device_new(subs, 2, ffn_split, &s, &meta);

@@ -341,21 +341,8 @@ int main(int argc, char **argv)
         c.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     /* Two CPU devices for the concurrency figure, unless the user chose. */
     setenv("TSR_CPU_DEVICES", "2", 0);
-    if (mkdir(c.out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bench_ops: cannot create %s: %s\n", c.out_dir, strerror(errno));
+    if (!bu_open_outputs("bench_ops", c.out_dir, "ops", &c.jsonl, &c.md, &c.dat))
         return 1;
-    }
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/ops.jsonl", c.out_dir);
-    c.jsonl = fopen(path, "w");
-    snprintf(path, sizeof(path), "%s/ops.md", c.out_dir);
-    c.md = fopen(path, "w");
-    snprintf(path, sizeof(path), "%s/ops.dat", c.out_dir);
-    c.dat = fopen(path, "w");
-    if (!c.jsonl || !c.md || !c.dat) {
-        fprintf(stderr, "bench_ops: cannot write in %s: %s\n", c.out_dir, strerror(errno));
-        return 1;
-    }
     const char *hdr =
         "| figure                     | shape                      | value             | "
         "baseline                 |  baseline | ratio   | target          |\n"

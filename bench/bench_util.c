@@ -2,12 +2,14 @@
 #define _GNU_SOURCE
 #include "bench_util.h"
 
+#include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -165,4 +167,30 @@ double bu_read_gbs(const bu_mem *m, int threads)
 double bu_copy_gbs(const bu_mem *m, int threads)
 {
     return (double)(m->n * sizeof(float)) / run_split(copy_worker, m, threads) * 1e-9;
+}
+
+bool bu_open_outputs(const char *prog, const char *out_dir, const char *stem, FILE **jsonl,
+                     FILE **md, FILE **dat)
+{
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", prog, out_dir, strerror(errno));
+        return false;
+    }
+    const char *ext[3] = {"jsonl", "md", "dat"};
+    FILE **f[3] = {jsonl, md, dat};
+    for (int i = 0; i < 3; i++) {
+        if (!f[i])
+            continue;
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s.%s", out_dir, stem, ext[i]);
+        *f[i] = fopen(path, "w");
+        if (!*f[i]) {
+            fprintf(stderr, "%s: cannot write %s: %s\n", prog, path, strerror(errno));
+            for (int k = 0; k < i; k++)
+                if (f[k])
+                    fclose(*f[k]);
+            return false;
+        }
+    }
+    return true;
 }

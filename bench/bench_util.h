@@ -5,7 +5,9 @@
 #ifndef TESSERA_BENCH_UTIL_H
 #define TESSERA_BENCH_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Monotonic seconds. */
 double bu_now(void);
@@ -27,5 +29,11 @@ void bu_mem_free(bu_mem *m);
  * here) and GB/s copied (memcpy; bytes copied, each read and written). */
 double bu_read_gbs(const bu_mem *m, int threads);
 double bu_copy_gbs(const bu_mem *m, int threads);
+
+/* Creates out_dir if needed and opens <out_dir>/<stem>.jsonl, .md and (when
+ * dat is not NULL) .dat for writing; on failure prints why, prefixed with
+ * `prog`, closes what it opened and returns false. */
+bool bu_open_outputs(const char *prog, const char *out_dir, const char *stem, FILE **jsonl,
+                     FILE **md, FILE **dat);
 
 #endif /* TESSERA_BENCH_UTIL_H */
