@@ -3,8 +3,14 @@
  */
 #include "core/registry.h"
 #include "tessera/cpu.h"
+#if defined(TSR_HAVE_VULKAN)
+#include "tessera/vulkan.h"
+#endif
 
 const tsr__reg_init_fn tsr__builtin_regs[] = {
     tsr_cpu_reg,
+#if defined(TSR_HAVE_VULKAN)
+    tsr_vulkan_reg,
+#endif
     NULL,
 };

@@ -278,7 +278,7 @@ static void run_all(const char *op, tcases *cs)
         if (!ref_ok)
             continue;
         for (size_t d = 0; d < n_devs; d++) {
-            const bool cpu = tsr_dev_get_type(devs[d]) == TSR_DEV_CPU;
+            const bool cpu = tsr_dev_reg(devs[d]) == tsr_cpu_reg();
             const int threads[] = {1, 3};
             for (int ti = 0; ti < (cpu ? 2 : 1); ti++) {
                 tsr_backend *be = NULL;
