@@ -265,6 +265,35 @@ static tsr_status meta_dev_backend_new(tsr_dev *d, tsr_backend **out)
     return TSR_OK;
 }
 
+tsr_backend *tsr_meta_sub_backend(tsr_backend *backend, int j)
+{
+    if (!backend || backend->iface != &meta_backend_iface)
+        return NULL;
+    meta_backend *mb = mb_of(backend);
+    return j >= 0 && j < mb->md->n ? mb->subs[j] : NULL;
+}
+
+tsr_status tsr_meta_slice(const tsr_tensor *t, int j, tsr_tensor *out, int64_t *start)
+{
+    if (!t || !out || !t->buffer || !tsr__meta_is_buf(t->buffer) || t->view_src || !t->extra)
+        return tsr__error(TSR_EINVAL, "meta_slice: '%s' is not a tensor placed in a meta buffer",
+                          t ? t->name : "(null)");
+    const meta_tensor *mt = t->extra;
+    if (j < 0 || j >= mt->split.n_devices)
+        return tsr__error(TSR_EINVAL, "meta_slice: device %d of %d", j, mt->split.n_devices);
+    tsr_status st = tsr__meta_simple_placed(t, j, out);
+    if (st != TSR_OK || !start)
+        return st;
+    *start = 0;
+    if (tsr_split_is_axis(&mt->split)) {
+        if (mt->split.n_segments != 1 || mt->split.nr[0] != 1)
+            return tsr__error(TSR_EUNSUPPORTED, "meta_slice: '%s' has several segments", t->name);
+        for (int d = 0; d < j; d++)
+            *start += mt->split.ne[0][d];
+    }
+    return TSR_OK;
+}
+
 tsr_status tsr_meta_stats_get(tsr_backend *backend, tsr_meta_stats *out)
 {
     if (!backend || !out || backend->iface != &meta_backend_iface)

@@ -112,6 +112,21 @@ tsr_status tsr__meta_view(const tsr_tensor *v, const tsr_tensor *root, const tsr
     for (int k = 0; k < n_in; k++)
         covers[k + 1] = covers[k] * (size_t)(in[k] == 0 ? v->ne[0] / tsr_type_block_size(v->type)
                                                         : v->ne[in[k]]);
+    /* Only the segments the view covers constrain its axis (a view of the
+     * Q part of a fused QKV need not step evenly through V's slices). */
+    int s_lo = rs->n_segments, s_hi = 0;
+    int64_t p = 0;
+    for (int s = 0; s < rs->n_segments; s++) {
+        int64_t bsize = 0;
+        for (int d = 0; d < rs->n_devices; d++)
+            bsize += rs->ne[s][d] / ublk;
+        const int64_t len = bsize * rs->nr[s];
+        if (len > 0 && p < c_u + L_u && p + len > c_u) {
+            s_lo = TSR_MIN(s_lo, s);
+            s_hi = s + 1;
+        }
+        p += len;
+    }
     int dstar = -1, fallback = in[n_in - 1];
     size_t best = SIZE_MAX;
     for (int d = 0; d < 4; d++) {
@@ -123,7 +138,7 @@ tsr_status tsr__meta_view(const tsr_tensor *v, const tsr_tensor *root, const tsr
         const size_t whole =
             v->nb[d] * (size_t)(d == 0 ? v->ne[0] / tsr_type_block_size(v->type) : v->ne[d]);
         bool divides = true, cut = false;
-        for (int k = 0; k < rs->n_segments && divides; k++)
+        for (int k = s_lo; k < s_hi && divides; k++)
             for (int j2 = 0; j2 < rs->n_devices && divides; j2++) {
                 const size_t bytes = (size_t)(rs->ne[k][j2] / ublk) * ub;
                 int64_t steps;
@@ -137,7 +152,7 @@ tsr_status tsr__meta_view(const tsr_tensor *v, const tsr_tensor *root, const tsr
     }
     if (dstar < 0) {
         bool divides = true;
-        for (int k = 0; k < rs->n_segments && divides; k++)
+        for (int k = s_lo; k < s_hi && divides; k++)
             for (int j2 = 0; j2 < rs->n_devices && divides; j2++) {
                 int64_t steps;
                 divides = bytes_to_steps(v, fallback, (size_t)(rs->ne[k][j2] / ublk) * ub, &steps);

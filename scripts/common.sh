@@ -6,10 +6,15 @@ TSR_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev libcr
 
 tsr_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# tsr_build DIR [cmake options...]: configures (once) and builds into DIR.
+# tsr_build DIR [cmake options...] [--target T]: configures and builds DIR
+# (everything, or only target T).
 tsr_build() {
-    local dir="$1"
+    local dir="$1" target=()
     shift
-    cmake -S "$tsr_root" -B "$dir" -G Ninja "$@" >/dev/null
-    cmake --build "$dir" -j "$(nproc)"
+    local opts=()
+    while [ $# -gt 0 ]; do
+        if [ "$1" = --target ]; then target=(--target "$2"); shift 2; else opts+=("$1"); shift; fi
+    done
+    cmake -S "$tsr_root" -B "$dir" -G Ninja "${opts[@]}" >/dev/null
+    cmake --build "$dir" -j "$(nproc)" "${target[@]}"
 }

@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# scripts/main.sh — the main job: installs what is missing, builds tessera
-# (Release) and runs the op, all-reduce and meta-device benchmarks, writing
-# bench/results/ops.{jsonl,md,png}, comm.{jsonl,md,png} and meta.{jsonl,md}.
-# Extra arguments go to bench_ops (e.g. --threads 1, --quick); --quick also
-# makes bench_comm a short run. OpenMPI is installed for bench_comm's
-# MPI_Allreduce baseline (the benchmark runs without it too).
+# scripts/main.sh — the main job: installs what is missing, builds the
+# `tessera` command (Release) and runs a generated TinyLlama-1.1B-shaped
+# model (F16) tensor-parallel over this machine's default device mix, then
+# again on one device to verify it (--verify): prints prefill and decode
+# tokens/s, memory per device, the all-reduces per token and their path,
+# and whether the tokens match. Exits non-zero if they differ.
+#
+# The default mix: every GPU when there is one, else the host's cores split
+# into CPU devices (two when there are two cores or more; set
+# TSR_CPU_DEVICES to choose). Extra arguments go to `tessera run` (e.g.
+# --preset tiny, --gen 64, --devices cpu:0,cpu:1,cpu:2). The benchmarks are
+# scripts/bench.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-"$tsr_root/scripts/deps.sh" "${TSR_PACKAGES[@]}" gnuplot-nox openmpi-bin libopenmpi-dev
-tsr_build "$tsr_root/build" -DCMAKE_BUILD_TYPE=Release
-cd "$tsr_root"
-"$tsr_root/build/bench/bench_ops" --out "$tsr_root/bench/results" "$@"
-gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_ops.gp" &&
-    echo "plot: $tsr_root/bench/results/ops.png"
+"$tsr_root/scripts/deps.sh" "${TSR_PACKAGES[@]}"
+tsr_build "$tsr_root/build" -DCMAKE_BUILD_TYPE=Release --target tessera_cli
 
-comm_args=()
-for a in "$@"; do
-    if [ "$a" = --quick ]; then comm_args+=(--quick); fi
-done
-"$tsr_root/build/bench/bench_comm" --out "$tsr_root/bench/results" "${comm_args[@]}"
-gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_comm.gp" &&
-    echo "plot: $tsr_root/bench/results/comm.png"
-"$tsr_root/build/bench/bench_meta" --out "$tsr_root/bench/results" "${comm_args[@]}"
+if [ -z "${TSR_CPU_DEVICES:-}" ]; then
+    if [ "$(nproc)" -ge 2 ]; then export TSR_CPU_DEVICES=2; fi
+fi
+tessera="$tsr_root/build/tools/tessera"
+"$tessera" devices
+echo
+"$tessera" run --preset tinyllama --prompt-tokens 64 --gen 32 --verify "$@"

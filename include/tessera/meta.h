@@ -108,6 +108,14 @@ tsr_status tsr_meta_split_of(tsr_dev *meta, const tsr_tensor *t, tsr_split *out)
  * after building a graph to catch unsupported ops before allocating). */
 tsr_status tsr_meta_check_graph(tsr_dev *meta, tsr_graph *g);
 
+/* The stream of sub-device j behind a meta stream (NULL when out of range),
+ * e.g. to run per-device work on the slices of a tensor. */
+tsr_backend *tsr_meta_sub_backend(tsr_backend *meta_backend, int j);
+/* Device j's slice of a tensor placed in a meta buffer (not a view): a plain
+ * tensor in that device's memory, and where the slice starts along the
+ * split axis (0 when mirrored). */
+tsr_status tsr_meta_slice(const tsr_tensor *t, int j, tsr_tensor *out, int64_t *start);
+
 /* What the last graph computed on a meta stream did. */
 typedef struct tsr_meta_stats {
     int n_subgraphs;         /* pieces between cuts */

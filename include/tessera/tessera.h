@@ -5,8 +5,10 @@
 #include "backend.h"
 #include "comm.h"
 #include "cpu.h"
+#include "gguf.h"
 #include "graph.h"
 #include "meta.h"
+#include "model.h"
 #include "status.h"
 #include "tensor.h"
 
