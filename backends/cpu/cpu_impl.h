@@ -43,6 +43,10 @@ size_t tsr__cpu_work_size(const tsr_tensor *n, int nth, bool reference);
 void tsr__cpu_ref_compute(const tsr__cpu_params *p, tsr_tensor *n);
 size_t tsr__cpu_ref_work_size(const tsr_tensor *n, int nth);
 
+/* Fast per-row kernels for F32 rows (cpu_ops_rows.c): RMS_NORM, MUL by a
+ * broadcast row, SwiGLU, ROPE, SET_ROWS, GET_ROWS; false when they decline. */
+bool tsr__cpu_rows_compute(const tsr__cpu_params *p, tsr_tensor *n);
+
 /* Fast flash attention (cpu_fa.c); false when it declines. */
 bool tsr__cpu_flash_attn(const tsr__cpu_params *p, tsr_tensor *n);
 size_t tsr__cpu_fa_work_size(const tsr_tensor *n, int nth);

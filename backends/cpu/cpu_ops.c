@@ -255,6 +255,8 @@ void tsr__cpu_compute_node(const tsr__cpu_params *p, tsr_tensor *n, bool referen
                 return;
             break;
         default:
+            if (tsr__cpu_rows_compute(p, n))
+                return;
             break;
         }
     }
