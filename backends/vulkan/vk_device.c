@@ -22,6 +22,7 @@ static vk_device vk_devs[VK_MAX_DEVICES];
 static size_t vk_n_devs;
 static VkInstance vk_instance;
 static bool vk_validation;
+static char vk_reason[512]; /* why there are no (or fewer) devices */
 
 static const struct tsr_dev_i vk_dev_iface;
 extern const struct tsr_buft_i tsr__vk_buft_iface;
@@ -71,6 +72,12 @@ tsr_status tsr__vk_validation_check(void)
         return TSR_OK;
     return tsr__error(TSR_EDEVICE, "vulkan: the validation layer reported %llu error(s); first: %s",
                       (unsigned long long)(n - before), first);
+}
+
+const char *tsr_vulkan_reason(void)
+{
+    tsr_vulkan_reg();
+    return vk_reason;
 }
 
 bool tsr_vulkan_validation_enabled(void)
@@ -385,6 +392,7 @@ static void vk_reg_init(void)
     if (st == TSR_OK)
         st = vk_instance_create(why, sizeof(why));
     if (st != TSR_OK) {
+        snprintf(vk_reason, sizeof(vk_reason), "%s", why);
         TSR_LOG_I("vulkan: no devices: %s", why);
         return;
     }
@@ -397,14 +405,22 @@ static void vk_reg_init(void)
         TSR_LOG_W("vulkan: vkEnumeratePhysicalDevices: %s", tsr__vk_result_str(r));
         n = 0;
     }
-    if (n == 0)
-        TSR_LOG_I("vulkan: the loader lists no physical device");
+    if (n == 0) {
+        snprintf(vk_reason, sizeof(vk_reason), "the Vulkan loader lists no physical device");
+        TSR_LOG_I("vulkan: %s", vk_reason);
+    }
     for (uint32_t i = 0; i < n && vk_n_devs < VK_MAX_DEVICES; i++) {
-        if (!vk_selected(i))
+        if (!vk_selected(i)) {
+            snprintf(vk_reason, sizeof(vk_reason),
+                     "device %u not selected by TSR_VULKAN_DEVICES=%s", i,
+                     getenv("TSR_VULKAN_DEVICES"));
             continue;
+        }
         vk_device *d = &vk_devs[vk_n_devs];
         if (!vk_probe(phys[i], i, d, why, sizeof(why))) {
             TSR_LOG_W("vulkan: skipping device %u (%s): %s", i, d->desc, why);
+            snprintf(vk_reason, sizeof(vk_reason), "device %u (%.200s) skipped: %.200s", i, d->desc,
+                     why);
             memset(d, 0, sizeof(*d));
             continue;
         }

@@ -295,7 +295,7 @@ void tsr__vk_record_node(vk_stream *s, tsr_tensor *n);
  * vk_ops_mm.c. */
 typedef struct vk_launch {
     tsr__vk_shader_id id;
-    uint32_t pc[VK_PC_SIZE / 4];
+    _Alignas(8) uint32_t pc[VK_PC_SIZE / 4];
     size_t pc_size;
     uint32_t groups[3];
     const VkDescriptorSet *texel_sets;

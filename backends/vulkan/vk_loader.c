@@ -10,6 +10,7 @@
  */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backends/vulkan/vk_impl.h"
 
@@ -17,12 +18,15 @@ tsr__vk_fns tsr__vkf;
 
 tsr_status tsr__vk_load(char *why, size_t why_size)
 {
-    static const char *const names[] = {"libvulkan.so.1", "libvulkan.so"};
+    /* TSR_VULKAN_LOADER names another loader (or a missing one, to test
+     * a machine without Vulkan). */
+    const char *want = getenv("TSR_VULKAN_LOADER");
+    const char *names[] = {want && *want ? want : "libvulkan.so.1", "libvulkan.so"};
     void *lib = NULL;
-    for (size_t i = 0; i < TSR_ARRAY_SIZE(names) && !lib; i++)
+    for (size_t i = 0; i < (want && *want ? 1u : 2u) && !lib; i++)
         lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        snprintf(why, why_size, "no Vulkan loader (libvulkan.so.1: %s)", dlerror());
+        snprintf(why, why_size, "no Vulkan loader (%s: %s)", names[0], dlerror());
         return TSR_ENOTFOUND;
     }
     /* Casting the object pointer dlsym returns to a function pointer is

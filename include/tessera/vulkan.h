@@ -10,6 +10,8 @@
  * Environment, read once when the registry is first used:
  *   TSR_VULKAN_DEVICES=0,2    expose only these physical devices (indices in
  *                             the loader's order); "none" exposes none.
+ *   TSR_VULKAN_LOADER=path    open this Vulkan loader instead of
+ *                             libvulkan.so.1 (a missing path: no devices).
  *   TSR_VULKAN_VALIDATION=1   enable VK_LAYER_KHRONOS_validation; each error
  *                             it reports is counted, logged, and makes the
  *                             next tessera call on a Vulkan object return
@@ -33,6 +35,10 @@ extern "C" {
 
 /* The Vulkan registry (also reachable as tsr_reg_by_name("vulkan")). */
 tsr_reg *tsr_vulkan_reg(void);
+
+/* Why the registry has no devices, or why a physical device was left out
+ * (the last such reason); "" when every device was taken. */
+const char *tsr_vulkan_reason(void);
 
 /* Whether the validation layer was requested and loaded. */
 bool tsr_vulkan_validation_enabled(void);
