@@ -334,6 +334,25 @@ void tsr_model_stats_get(const tsr_model *m, tsr_model_stats *out)
     }
 }
 
+/* Seconds for reps rounds of: a one-node graph on every device, then (with
+ * ar) an all-reduce. */
+static tsr_status time_rounds(tsr_backend **subs, tsr_graph **g, int n, tsr_allreduce *ar,
+                              tsr_tensor **t, tsr_allreduce_path path, int reps, double *out)
+{
+    tsr_status st = TSR_OK;
+    const uint64_t t0 = tsr__time_ns();
+    for (int r = 0; r < reps && st == TSR_OK; r++) {
+        for (int j = 0; j < n && st == TSR_OK; j++)
+            st = tsr_backend_graph_compute_async(subs[j], g[j]);
+        if (st == TSR_OK && ar)
+            st = tsr_allreduce_run_path(ar, t, path);
+    }
+    for (int j = 0; j < n && st == TSR_OK; j++)
+        st = tsr_backend_synchronize(subs[j]);
+    *out = (double)(tsr__time_ns() - t0) * 1e-9;
+    return st;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -350,43 +369,57 @@ tsr_status tsr_model_allreduce_time(tsr_model *m, int reps, double *seconds)
     const int n = m->cfg.n_devices;
     tsr_backend *subs[TSR_META_MAX_DEVICES];
     tsr_tensor *t[TSR_META_MAX_DEVICES];
+    tsr_graph *g[TSR_META_MAX_DEVICES] = {0};
     tsr_buf *buf[TSR_META_MAX_DEVICES] = {0};
     tsr_allreduce *ar = NULL;
-    double *times = calloc((size_t)reps, sizeof(double));
-    tsr_ctx *c = tsr_ctx_new((size_t)n);
-    tsr_status st = times && c ? TSR_OK : tsr__error(TSR_ENOMEM, "model_allreduce_time");
+    tsr_ctx *c = tsr_ctx_new((size_t)n * 2);
+    tsr_status st = c ? TSR_OK : tsr__error(TSR_ENOMEM, "model_allreduce_time");
+    /* Per device: the hidden state h and a node after which the all-reduce
+     * runs, as in a graph (a scale of h into u, on a busy stream). */
     for (int j = 0; j < n && st == TSR_OK; j++) {
         subs[j] = tsr_meta_sub_backend(m->st[0].be, j);
         t[j] = tsr_new_tensor_1d(c, TSR_TYPE_F32, m->hp.n_embd);
-        if (!t[j]) {
-            st = tsr__error(tsr_ctx_status(c), "model_allreduce_time: %s", tsr_ctx_error(c));
+        tsr_tensor *u = tsr_scale(c, t[j], 1.0f);
+        g[j] = tsr_graph_new(4);
+        if (!t[j] || !u || !g[j]) {
+            st = tsr__error(TSR_ENOMEM, "model_allreduce_time: %s", tsr_ctx_error(c));
             break;
         }
         tsr_buft *bt = tsr_dev_buft(tsr_backend_dev(subs[j]));
-        st = tsr_buft_alloc(bt, tsr_buft_alloc_size(bt, t[j]), &buf[j]);
+        const size_t al = tsr_buft_alignment(bt), a = tsr_buft_alloc_size(bt, t[j]);
+        const size_t off = (a + al - 1) / al * al;
+        st = tsr_buft_alloc(bt, off + tsr_buft_alloc_size(bt, u), &buf[j]);
         if (st == TSR_OK)
             st = tsr_buf_place_tensor(buf[j], t[j], 0);
         if (st == TSR_OK)
+            st = tsr_buf_place_tensor(buf[j], u, off);
+        if (st == TSR_OK)
             st = tsr_tensor_memset(t[j], 0, 0, tsr_nbytes(t[j]));
+        if (st == TSR_OK)
+            st = tsr_graph_build(g[j], u);
     }
     if (st == TSR_OK)
         st = tsr_allreduce_new(subs, n, &ar);
-    for (int r = -2; r < reps && st == TSR_OK; r++) { /* two warm-up runs */
-        const uint64_t t0 = tsr__time_ns();
-        st = tsr_allreduce_run_path(ar, t, m->stats.path);
-        for (int j = 0; j < n && st == TSR_OK; j++)
-            st = tsr_backend_synchronize(subs[j]);
-        if (r >= 0)
-            times[r] = (double)(tsr__time_ns() - t0) * 1e-9;
+    /* The all-reduce's share: rounds with it minus rounds without, in
+     * alternating trials; the median difference. */
+    double with = 0, without = 0, diff[7];
+    if (st == TSR_OK)
+        st = time_rounds(subs, g, n, ar, t, m->stats.path, 2, &with); /* warm-up */
+    for (int k = 0; k < 7 && st == TSR_OK; k++) {
+        st = time_rounds(subs, g, n, NULL, t, m->stats.path, reps, &without);
+        if (st == TSR_OK)
+            st = time_rounds(subs, g, n, ar, t, m->stats.path, reps, &with);
+        diff[k] = (with - without) / reps;
     }
     if (st == TSR_OK) {
-        qsort(times, (size_t)reps, sizeof(double), cmp_double);
-        *seconds = times[reps / 2];
+        qsort(diff, 7, sizeof(double), cmp_double);
+        *seconds = TSR_MAX(0.0, diff[3]);
     }
     tsr_allreduce_free(ar);
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n; j++) {
         tsr_buf_free(buf[j]);
+        tsr_graph_free(g[j]);
+    }
     tsr_ctx_free(c);
-    free(times);
     return st;
 }

@@ -120,9 +120,11 @@ tsr_status tsr_model_logits(tsr_model *m, float *out);
 void tsr_model_reset(tsr_model *m);
 int tsr_model_pos(const tsr_model *m);
 void tsr_model_stats_get(const tsr_model *m, tsr_model_stats *out);
-/* Tensor mode: seconds of one all-reduce of a decode step's hidden state
- * (n_embd floats) over the model's devices, timed alone (median of reps)
- * with the path the model's all-reduces take; 0 in other modes. */
+/* Tensor mode: seconds per all-reduce of a decode step's hidden state
+ * (n_embd floats) over the model's devices on the path the model's take,
+ * timed alone as a graph runs them: each after a node on every stream,
+ * reps of them back to back; the median over 7 trials of rounds with the
+ * all-reduce minus rounds without. 0 in other modes. */
 tsr_status tsr_model_allreduce_time(tsr_model *m, int reps, double *seconds);
 
 #ifdef __cplusplus
