@@ -82,22 +82,30 @@ typedef struct {
     int kind; /* 0 set, 1 get, 2 memset */
     char *host;
     uint8_t value;
+    tsr_backend *const *subs; /* set/get enqueued on these streams; NULL: blocking */
 } piece_io;
 
-/* One piece: n_rows rows of `bytes` at simple_off (stride ss) in simple and
- * host_off (stride hs) in the host array. */
-static tsr_status piece_apply(const piece_io *io, tsr_tensor *simple, size_t simple_off,
+/* One piece: n_rows rows of `bytes` at simple_off (stride ss) in device j's
+ * slice and host_off (stride hs) in the host array. */
+static tsr_status piece_apply(const piece_io *io, tsr_tensor *simple, int j, size_t simple_off,
                               size_t host_off, size_t bytes, size_t n_rows, size_t ss, size_t hs)
 {
+    tsr_tensor *sj = &simple[j];
     switch (io->kind) {
     case 0:
-        return tsr_tensor_set_2d(simple, io->host + host_off, simple_off, bytes, n_rows, ss, hs);
+        if (io->subs)
+            return tsr_backend_set_2d_async(io->subs[j], sj, io->host + host_off, simple_off, bytes,
+                                            n_rows, ss, hs);
+        return tsr_tensor_set_2d(sj, io->host + host_off, simple_off, bytes, n_rows, ss, hs);
     case 1:
-        return tsr_tensor_get_2d(simple, io->host + host_off, simple_off, bytes, n_rows, ss, hs);
+        if (io->subs)
+            return tsr_backend_get_2d_async(io->subs[j], sj, io->host + host_off, simple_off, bytes,
+                                            n_rows, ss, hs);
+        return tsr_tensor_get_2d(sj, io->host + host_off, simple_off, bytes, n_rows, ss, hs);
     default: {
         tsr_status st = TSR_OK;
         for (size_t r = 0; r < n_rows && st == TSR_OK; r++)
-            st = tsr_tensor_memset(simple, io->value, simple_off + r * ss, bytes);
+            st = tsr_tensor_memset(sj, io->value, simple_off + r * ss, bytes);
         return st;
     }
     }
@@ -122,7 +130,7 @@ static tsr_status split_io_ranges(meta_dev *md, const tsr_split *s, tsr_tensor *
                     const size_t a = TSR_MAX(lo, full), b = TSR_MIN(hi, full + bytes);
                     if (a < b) {
                         tsr_status st =
-                            piece_apply(io, &simple[j], r * chunk_j[j] + block_j[j] + (a - full),
+                            piece_apply(io, simple, j, r * chunk_j[j] + block_j[j] + (a - full),
                                         r * chunk + a - offset, b - a, 1, 0, 0);
                         if (st != TSR_OK)
                             return st;
@@ -163,8 +171,8 @@ static tsr_status split_io(meta_dev *md, const tsr_tensor *t, const tsr_split *s
             for (int j = 0; j < md->n; j++) {
                 const size_t bytes = (size_t)(s->ne[seg][j] / ublk) * ub;
                 if (bytes) {
-                    tsr_status st = piece_apply(io, &simple[j], row0 * chunk_j[j] + block_j[j],
-                                                full, bytes, n_rows, chunk_j[j], chunk);
+                    tsr_status st = piece_apply(io, simple, j, row0 * chunk_j[j] + block_j[j], full,
+                                                bytes, n_rows, chunk_j[j], chunk);
                     if (st != TSR_OK)
                         return st;
                 }
@@ -215,10 +223,9 @@ static tsr_status meta_io(tsr_buf *buf, const tsr_tensor *t, piece_io *io, size_
     if (st != TSR_OK)
         return st;
     if (s.axis == TSR_SPLIT_MIRRORED) {
-        if (io->kind == 1) /* every device holds the same values */
-            return tsr_tensor_get(&simple[0], io->host, offset, size);
-        for (int j = 0; j < md->n && st == TSR_OK; j++)
-            st = piece_apply(io, &simple[j], offset, 0, size, 1, size, size);
+        /* Every device holds the same values: read device 0's. */
+        for (int j = 0; j < (io->kind == 1 ? 1 : md->n) && st == TSR_OK; j++)
+            st = piece_apply(io, simple, j, offset, 0, size, 1, size, size);
         return st;
     }
     if (s.axis == TSR_SPLIT_PARTIAL) {
@@ -232,9 +239,20 @@ static tsr_status meta_io(tsr_buf *buf, const tsr_tensor *t, piece_io *io, size_
                 st = tsr_tensor_memset(&simple[j], io->value, offset, size);
             return st;
         }
+        if (io->subs) /* the scaled copies are staged: no async form */
+            return TSR_ENOTHANDLED;
         return partial_set(md, t, &s, simple, io->host, offset, size);
     }
     return split_io(md, t, &s, simple, offset, size, io);
+}
+
+tsr_status tsr__meta_io_async(tsr_backend *const *subs, const tsr_tensor *t, void *data,
+                              size_t offset, size_t size, bool get)
+{
+    if (!tsr__meta_is_buf(t->buffer))
+        return tsr__error(TSR_EINVAL, "meta: '%s' is not in a meta buffer", t->name);
+    piece_io io = {.kind = get ? 1 : 0, .host = data, .subs = subs};
+    return meta_io(t->buffer, t, &io, offset, size);
 }
 
 static tsr_status meta_set(tsr_buf *buf, tsr_tensor *t, const void *data, size_t offset,

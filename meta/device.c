@@ -227,9 +227,29 @@ static tsr_status meta_event_wait(tsr_backend *b, tsr_event *e)
     return st;
 }
 
+/* Host ↔ tensor copies enqueued on the sub-streams (a write to a stored
+ * partial falls back to waiting, then the blocking write). */
+static tsr_status meta_set_async(tsr_backend *b, tsr_tensor *t, const void *data, size_t offset,
+                                 size_t size)
+{
+    meta_backend *mb = mb_of(b);
+    tsr_status st = tsr__meta_io_async(mb->subs, t, (void *)data, offset, size, false);
+    if (st == TSR_ENOTHANDLED && (st = meta_backend_sync(b)) == TSR_OK)
+        st = tsr_tensor_set(t, data, offset, size);
+    return st;
+}
+
+static tsr_status meta_get_async(tsr_backend *b, const tsr_tensor *t, void *data, size_t offset,
+                                 size_t size)
+{
+    return tsr__meta_io_async(mb_of(b)->subs, t, data, offset, size, true);
+}
+
 static const struct tsr_backend_i meta_backend_iface = {
     .get_name = meta_backend_name,
     .free = meta_backend_free,
+    .set_tensor_async = meta_set_async,
+    .get_tensor_async = meta_get_async,
     .graph_compute = tsr__meta_graph_compute,
     .synchronize = meta_backend_sync,
     .event_record = meta_event_record,

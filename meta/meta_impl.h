@@ -86,6 +86,13 @@ tsr_status tsr__meta_rule_error(const tsr_tensor *n, const tsr_split *const *src
 /* Fills *out with the simple tensor of a placed non-view meta tensor t on
  * device j (a plain struct; no context needed). */
 tsr_status tsr__meta_simple_placed(const tsr_tensor *t, int j, tsr_tensor *out);
+/* Bytes [offset, offset + size) of t (placed in a meta buffer, or a view of
+ * such a tensor) to or from host `data`, enqueued piece by piece on the
+ * sub-streams (each device's slice on its own stream, so ordered after that
+ * stream's work). TSR_ENOTHANDLED for a write to a stored partial tensor
+ * (staged, so blocking only). */
+tsr_status tsr__meta_io_async(tsr_backend *const *subs, const tsr_tensor *t, void *data,
+                              size_t offset, size_t size, bool get);
 
 /* ---- streams (meta/device.c, meta/compute.c) ------------------------------------ */
 

@@ -52,6 +52,7 @@ struct tsr_model {
     tsr_model_stats stats;
     /* Host scratch for inputs, grown as needed. */
     int32_t *pos_buf;
+    int pos_cap;
     uint16_t *mask_buf;
     size_t mask_cap;
     /* Sampling: per-device candidate graphs (tensor mode) and the history. */

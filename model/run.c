@@ -198,11 +198,15 @@ void tsr_model_reset(tsr_model *m)
 static tsr_status make_inputs(tsr_model *m, int T)
 {
     const int n_kv = m->pos + T;
-    free(m->pos_buf);
-    m->pos_buf = malloc((size_t)T * sizeof(int32_t));
+    /* Grown, never shrunk: a decode step allocates nothing. */
+    if (T > m->pos_cap) {
+        free(m->pos_buf);
+        m->pos_cap = T;
+        m->pos_buf = malloc((size_t)T * sizeof(int32_t));
+    }
     if ((size_t)n_kv * (size_t)T > m->mask_cap) {
         free(m->mask_buf);
-        m->mask_cap = (size_t)n_kv * (size_t)T;
+        m->mask_cap = TSR_MAX((size_t)n_kv * (size_t)T, (size_t)m->cfg.n_ctx);
         m->mask_buf = malloc(m->mask_cap * sizeof(uint16_t));
     }
     if (!m->pos_buf || !m->mask_buf)

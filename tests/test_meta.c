@@ -518,6 +518,73 @@ Test(meta, each_device_holds_only_its_slice, .timeout = 60)
     tsr_meta_device_free(meta);
 }
 
+/* Async host copies on a meta stream go piece by piece to the sub-streams,
+ * ordered after their queued work: split (3:1, whole and part rows),
+ * mirrored, and a stored partial (which falls back to a blocking write). */
+Test(meta, async_copies_on_a_meta_stream, .timeout = 60)
+{
+    tsr_dev *devs[2] = {tsr_reg_dev_get(tsr_cpu_reg(), 0), tsr_reg_dev_get(tsr_cpu_reg(), 1)};
+    cfg c = dense(2);
+    c.ratios[0] = 3.0f;
+    c.ratios[1] = 1.0f;
+    split_ud ud = {&c};
+    tsr_dev *meta;
+    cr_assert_eq(tsr_meta_device_new(devs, 2, test_split, &ud, &meta), TSR_OK);
+    tsr_backend *be;
+    cr_assert_eq(tsr_backend_new(meta, &be), TSR_OK);
+    tsr_ctx *ctx = tsr_ctx_new(8);
+    tsr_tensor *w =
+        tsr_set_name(tsr_new_tensor_2d(ctx, TSR_TYPE_F32, 64, 192), "blk.0.ffn_up.weight");
+    tsr_tensor *nrm = tsr_set_name(tsr_new_tensor_1d(ctx, TSR_TYPE_F32, 64), "norm");
+    tsr_buf *buf;
+    cr_assert_eq(tsr_ctx_alloc_tensors(ctx, tsr_dev_buft(meta), &buf), TSR_OK, "%s",
+                 tsr_last_error());
+    static float host[64 * 192], back[64 * 192], part[64 * 192];
+    for (int i = 0; i < 64 * 192; i++)
+        host[i] = (float)i;
+    cr_assert_eq(tsr_backend_set_async(be, w, host, 0, sizeof(host)), TSR_OK, "%s",
+                 tsr_last_error());
+    cr_assert_eq(tsr_backend_set_async(be, nrm, host, 0, 64 * sizeof(float)), TSR_OK);
+    /* A range that starts and ends inside rows of the split axis. */
+    for (int i = 0; i < 64 * 192; i++)
+        part[i] = -1.0f - (float)i;
+    const size_t off = (5 * 64 + 3) * sizeof(float), len = (150 * 64 + 7) * sizeof(float);
+    cr_assert_eq(tsr_backend_set_async(be, w, part, off, len), TSR_OK, "%s", tsr_last_error());
+    memset(back, 0, sizeof(back));
+    cr_assert_eq(tsr_backend_get_async(be, w, back, 0, sizeof(back)), TSR_OK, "%s",
+                 tsr_last_error());
+    float nb[64];
+    cr_assert_eq(tsr_backend_get_async(be, nrm, nb, 0, sizeof(nb)), TSR_OK);
+    cr_assert_eq(tsr_backend_synchronize(be), TSR_OK, "%s", tsr_last_error());
+    for (size_t i = 0; i < 64 * 192; i++) {
+        const bool in = i * sizeof(float) >= off && i * sizeof(float) < off + len;
+        const float want = in ? part[i - off / sizeof(float)] : host[i];
+        cr_assert_eq(back[i], want, "element %zu: %g, want %g", i, back[i], want);
+    }
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(nb[i], (float)i);
+    /* Ordered after queued work: a graph writes y, the read comes after it. */
+    tsr_ctx *gctx = tsr_ctx_new(8);
+    tsr_tensor *y = tsr_scale(gctx, nrm, 2.0f);
+    tsr_graph *g = tsr_graph_new(8);
+    tsr_gallocr *ga = tsr_gallocr_new(tsr_dev_buft(meta));
+    cr_assert_eq(tsr_graph_build(g, y), TSR_OK);
+    cr_assert_eq(tsr_gallocr_alloc_graph(ga, g), TSR_OK, "%s", tsr_last_error());
+    float yb[64];
+    cr_assert_eq(tsr_backend_graph_compute_async(be, g), TSR_OK);
+    cr_assert_eq(tsr_backend_get_async(be, y, yb, 0, sizeof(yb)), TSR_OK);
+    cr_assert_eq(tsr_backend_synchronize(be), TSR_OK, "%s", tsr_last_error());
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(yb[i], 2.0f * (float)i);
+    tsr_gallocr_free(ga);
+    tsr_graph_free(g);
+    tsr_ctx_free(gctx);
+    tsr_buf_free(buf);
+    tsr_ctx_free(ctx);
+    tsr_backend_free(be);
+    tsr_meta_device_free(meta);
+}
+
 /* ---- error paths ------------------------------------------------------------------------ */
 
 Test(meta, construction_errors)
@@ -592,6 +659,13 @@ Test(meta, partial_tensors_cannot_be_read_and_bad_splits_are_refused)
     cr_expect_eq(tsr_tensor_set(bias, v, 0, sizeof(v)), TSR_OK, "writing a partial is allowed");
     cr_expect_eq(tsr_tensor_get(bias, back, 0, sizeof(back)), TSR_EINVAL);
     cr_expect(strstr(tsr_last_error(), "partial") != NULL, "%s", tsr_last_error());
+    /* On a stream too: the write falls back to a blocking one, the read fails. */
+    tsr_backend *be;
+    cr_assert_eq(tsr_backend_new(meta, &be), TSR_OK);
+    cr_expect_eq(tsr_backend_set_async(be, bias, v, 0, sizeof(v)), TSR_OK, "%s", tsr_last_error());
+    cr_expect_eq(tsr_backend_get_async(be, bias, back, 0, sizeof(back)), TSR_EINVAL);
+    cr_expect_eq(tsr_backend_synchronize(be), TSR_OK);
+    tsr_backend_free(be);
     tsr_buf_free(buf);
     tsr_ctx_reset(ctx);
     tsr_set_name(tsr_new_tensor_1d(ctx, TSR_TYPE_F32, 6), "bad");
