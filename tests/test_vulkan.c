@@ -395,6 +395,7 @@ static void events_between(tsr_dev *d0, tsr_dev *d1)
         expect_all(dst, 3.0f, "copy_async between two Vulkan streams");
     }
     cr_assert_eq(tsr_backend_synchronize(b0), TSR_OK);
+    cr_assert_eq(tsr_backend_synchronize(b1), TSR_OK, "before the events are freed");
     tsr_event_free(gate);
     tsr_event_free(done);
     tsr_buf_free(dbuf);
@@ -452,6 +453,80 @@ Test(vulkan, copies_from_a_cpu_stream_wait_for_its_work)
     small_graph_free(&sv);
     tsr_backend_free(bc);
     tsr_backend_free(bv);
+}
+
+/* ---- matrix kernels ----------------------------------------------------------------------------
+ */
+
+/* y = mul_mat(w, x) on dev with seeded inputs; x is every other column of
+ * a wider tensor when strided. Returns the N·T·C2·C3 outputs (malloc'ed). */
+static float *run_mul_mat(tsr_dev *dev, tsr_type wt, const int64_t wne[4], const int64_t xne[4],
+                          bool strided)
+{
+    tsr_backend *be;
+    cr_assert_eq(tsr_backend_new(dev, &be), TSR_OK);
+    tsr_ctx *ctx = tsr_ctx_new(8);
+    tsr_tensor *w = tsr_new_tensor_4d(ctx, wt, wne[0], wne[1], wne[2], wne[3]);
+    tsr_tensor *xb =
+        tsr_new_tensor_4d(ctx, TSR_TYPE_F32, xne[0], xne[1] * (strided ? 2 : 1), xne[2], xne[3]);
+    tsr_tensor *x = strided ? tsr_view_4d(ctx, xb, xne[0], xne[1], xne[2], xne[3], 2 * xb->nb[1],
+                                          xb->nb[2], xb->nb[3], 0)
+                            : xb;
+    tsr_tensor *y = tsr_mul_mat(ctx, w, x);
+    cr_assert_not_null(y, "%s", tsr_ctx_error(ctx));
+    tsr_buf *buf;
+    cr_assert_eq(tsr_ctx_alloc_tensors(ctx, tsr_dev_buft(dev), &buf), TSR_OK);
+    tu_rng r1 = {11}, r2 = {12};
+    cr_assert_eq(tu_fill_uniform(w, &r1, -1, 1), TSR_OK);
+    cr_assert_eq(tu_fill_uniform(xb, &r2, -1, 1), TSR_OK);
+    tsr_graph *g = tsr_graph_new(8);
+    cr_assert_eq(tsr_graph_build(g, y), TSR_OK);
+    cr_assert_eq(tsr_backend_graph_compute(be, g), TSR_OK, "%s", tsr_last_error());
+    float *out = malloc(tsr_nbytes(y));
+    cr_assert_eq(tsr_tensor_get(y, out, 0, tsr_nbytes(y)), TSR_OK);
+    tsr_graph_free(g);
+    tsr_buf_free(buf);
+    tsr_ctx_free(ctx);
+    tsr_backend_free(be);
+    return out;
+}
+
+/* Shapes the harness leaves to the matrix-vector kernel (T ≤ 8) taken
+ * through the GEMM kernels: broadcast batches, strided x, K not a multiple
+ * of 4 (no texel path), BF16 and Q8_0 weights. */
+static void gemm_shapes_match_the_cpu(void)
+{
+    tsr_dev *d = vk_dev();
+    tsr_dev *cpu = tsr_reg_dev_get(tsr_cpu_reg(), 0);
+    const struct {
+        tsr_type t;
+        int64_t w[4], x[4];
+        bool strided;
+    } cases[] = {
+        {TSR_TYPE_F32, {64, 40, 2, 1}, {64, 20, 4, 3}, false},
+        {TSR_TYPE_F16, {128, 33, 1, 1}, {128, 17, 1, 1}, true},
+        {TSR_TYPE_F32, {66, 21, 1, 1}, {66, 35, 1, 1}, false},
+        {TSR_TYPE_BF16, {96, 19, 1, 1}, {96, 12, 1, 1}, false},
+        {TSR_TYPE_Q8_0, {64, 70, 1, 1}, {64, 9, 1, 1}, false},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        float *want = run_mul_mat(cpu, cases[c].t, cases[c].w, cases[c].x, cases[c].strided);
+        float *got = run_mul_mat(d, cases[c].t, cases[c].w, cases[c].x, cases[c].strided);
+        const int64_t n = cases[c].w[1] * cases[c].x[1] * cases[c].x[2] * cases[c].x[3];
+        const double nmse = tu_nmse(got, want, n);
+        cr_expect_leq(nmse, cases[c].t == TSR_TYPE_BF16 ? 1e-4 : 1e-8, "case %zu (%s): NMSE %g", c,
+                      tsr_type_name(cases[c].t), nmse);
+        free(want);
+        free(got);
+    }
+}
+
+Test(vulkan, gemm_batches_strides_and_types_match_the_cpu) { gemm_shapes_match_the_cpu(); }
+
+Test(vulkan, the_tiled_gemm_matches_the_cpu_where_texels_would_run)
+{
+    setenv("TSR_VULKAN_MM", "tiled", 1);
+    gemm_shapes_match_the_cpu();
 }
 
 /* ---- limits ------------------------------------------------------------------------------- */

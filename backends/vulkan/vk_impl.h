@@ -38,6 +38,7 @@
     X(vkGetPhysicalDeviceProperties2)           \
     X(vkGetPhysicalDeviceFeatures2)             \
     X(vkGetPhysicalDeviceMemoryProperties)      \
+    X(vkGetPhysicalDeviceFormatProperties)      \
     X(vkGetPhysicalDeviceMemoryProperties2)     \
     X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkEnumerateDeviceExtensionProperties)     \
@@ -137,6 +138,7 @@ typedef struct vk_device {
     uint32_t heap_index;
     bool has_budget; /* VK_EXT_memory_budget */
     bool has_f64;    /* shaderFloat64 (ROPE runs in double precision) */
+    bool texels[2];  /* RGBA32F, RGBA16F uniform texel buffers (CPU-like devices) */
     uint32_t subgroup_size;
 
     /* The logical device, created on first use. */
@@ -212,6 +214,7 @@ typedef struct vk_buffer {
     size_t reserved;
     VkBufferView views[2];   /* RGBA32F, RGBA16F; VK_NULL_HANDLE when absent */
     VkDescriptorSet sets[2]; /* each holding one view */
+    size_t view_texels[2];   /* texels each view covers */
 } vk_buffer;
 
 /* host: host-visible coherent memory (rings); else the device type. */
@@ -298,7 +301,7 @@ typedef struct vk_launch {
     _Alignas(8) uint32_t pc[VK_PC_SIZE / 4];
     size_t pc_size;
     uint32_t groups[3];
-    const VkDescriptorSet *texel_sets;
+    VkDescriptorSet texel_sets[2]; /* for the texel layout; null otherwise */
 } vk_launch;
 
 bool tsr__vk_mm_supported(vk_device *d, const tsr_tensor *n);

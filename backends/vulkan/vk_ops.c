@@ -624,5 +624,6 @@ void tsr__vk_record_node(vk_stream *s, tsr_tensor *n)
     for (int i = 0; i < n_launch; i++)
         tsr__vk_dispatch_locked(s, launches[i].id, launches[i].pc, launches[i].pc_size,
                                 launches[i].groups[0], launches[i].groups[1], launches[i].groups[2],
-                                reads, n_reads, range_of(n), launches[i].texel_sets);
+                                reads, n_reads, range_of(n),
+                                launches[i].texel_sets[0] ? launches[i].texel_sets : NULL);
 }

@@ -9,6 +9,7 @@
  * the weight type), so F32 and F16 weights match the reference up to
  * summation order.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/vulkan/vk_impl.h"
@@ -40,6 +41,14 @@ typedef struct {
     float scale, softcap;
 } pc_fa;
 
+typedef struct {
+    uint64_t y;
+    uint32_t K4, N, T, ttiles, ntiles;
+    uint32_t woff, wrow, wnb2, wnb3; /* in texels */
+    uint32_t xoff, xrow, xnb2, xnb3;
+    uint32_t C2, r2, r3;
+} pc_mmt;
+
 _Static_assert(sizeof(pc_fa) <= VK_PC_SIZE && sizeof(pc_mmid) <= VK_PC_SIZE,
                "push constants fit 128 bytes");
 
@@ -58,6 +67,42 @@ static int wtype_index(tsr_type t)
 }
 
 static bool use_vec(const tsr_tensor *n) { return n->src[1]->ne[1] <= VK_MV_MAX_T; }
+
+/* TSR_VULKAN_MM=tiled makes CPU-like devices use the tiled GEMM too (to
+ * test it there); read once. */
+static bool force_tiled(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TSR_VULKAN_MM");
+        v = e && strcmp(e, "tiled") == 0;
+    }
+    return v == 1;
+}
+
+/* Whether t lies in its buffer's texel view `view` (texels of `tex` bytes)
+ * with its start and strides on whole texels. */
+static bool on_texels(const tsr_tensor *t, int view, size_t tex)
+{
+    const vk_buffer *b = tsr__vk_buffer_of(t);
+    const size_t off = tsr__vk_offset(t);
+    if (!b->sets[view] || off % tex || t->nb[1] % tex || t->nb[2] % tex || t->nb[3] % tex)
+        return false;
+    return (off + tsr_nbytes(t)) / tex <= b->view_texels[view] && b->view_texels[view] <= INT32_MAX;
+}
+
+/* The texel GEMM (mul_mat_texel.comp) runs this node: a CPU-like device,
+ * F32 or F16 weights, K a multiple of 4, everything on whole texels. */
+static bool use_texels(const vk_device *d, const tsr_tensor *n)
+{
+    const tsr_tensor *w = n->src[0], *x = n->src[1];
+    if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || use_vec(n) || w->ne[0] % 4)
+        return false;
+    if (w->type != TSR_TYPE_F32 && w->type != TSR_TYPE_F16)
+        return false;
+    const int wv = w->type == TSR_TYPE_F32 ? 0 : 1;
+    return on_texels(w, wv, wv == 0 ? 16 : 8) && on_texels(x, 0, 16);
+}
 
 bool tsr__vk_mm_supported(vk_device *d, const tsr_tensor *n)
 {
@@ -83,7 +128,6 @@ bool tsr__vk_mm_supported(vk_device *d, const tsr_tensor *n)
 
 tsr__vk_shader_id tsr__vk_mm_shader(vk_device *d, const tsr_tensor *n)
 {
-    (void)d;
     if (n->op == TSR_OP_FLASH_ATTN_EXT)
         return n->src[1]->type == TSR_TYPE_F16 ? VK_SH_fa_f16 : VK_SH_fa_f32;
     const int t = wtype_index(n->src[0]->type);
@@ -91,6 +135,8 @@ tsr__vk_shader_id tsr__vk_mm_shader(vk_device *d, const tsr_tensor *n)
         return (tsr__vk_shader_id)(VK_SH_mmid_f32 + t);
     if (use_vec(n))
         return (tsr__vk_shader_id)(VK_SH_mv_f32 + t);
+    if (use_texels(d, n))
+        return VK_SH_mmt;
     return (tsr__vk_shader_id)(VK_SH_mm_f32 + t);
 }
 
@@ -121,6 +167,39 @@ static void plan_mul_mat(vk_device *d, const tsr_tensor *n, vk_launch *l)
         l->groups[1] = (p->T + VK_MM_TILE - 1) / VK_MM_TILE;
         l->groups[2] = batches;
     }
+}
+
+enum { VK_MMT_R = 16, VK_MMT_C = 16, VK_MMT_WG = 32 }; /* R, C, WG of mul_mat_texel.comp */
+
+static void plan_mul_mat_texel(vk_device *d, const tsr_tensor *n, vk_launch *l)
+{
+    const tsr_tensor *w = n->src[0], *x = n->src[1];
+    const vk_buffer *wb = tsr__vk_buffer_of(w), *xb = tsr__vk_buffer_of(x);
+    const int wv = w->type == TSR_TYPE_F32 ? 0 : 1;
+    const size_t wt = wv == 0 ? 16 : 8;
+    pc_mmt *p = (pc_mmt *)l->pc;
+    l->pc_size = sizeof(*p);
+    p->y = tsr__vk_addr(n);
+    p->K4 = (uint32_t)(w->ne[0] / 4);
+    p->N = (uint32_t)w->ne[1];
+    p->T = (uint32_t)x->ne[1];
+    p->ttiles = (p->T + VK_MMT_C - 1) / VK_MMT_C;
+    p->ntiles = (p->N + VK_MMT_R - 1) / VK_MMT_R;
+    p->woff = (uint32_t)(tsr__vk_offset(w) / wt);
+    p->wrow = (uint32_t)(w->nb[1] / wt);
+    p->wnb2 = (uint32_t)(w->nb[2] / wt);
+    p->wnb3 = (uint32_t)(w->nb[3] / wt);
+    p->xoff = (uint32_t)(tsr__vk_offset(x) / 16);
+    p->xrow = (uint32_t)(x->nb[1] / 16);
+    p->xnb2 = (uint32_t)(x->nb[2] / 16);
+    p->xnb3 = (uint32_t)(x->nb[3] / 16);
+    p->C2 = (uint32_t)x->ne[2];
+    p->r2 = (uint32_t)(x->ne[2] / w->ne[2]);
+    p->r3 = (uint32_t)(x->ne[3] / w->ne[3]);
+    tsr__vk_grid_1d(d, (uint64_t)p->ttiles * p->ntiles, VK_MMT_WG, l->groups);
+    l->groups[2] = (uint32_t)(x->ne[2] * x->ne[3]);
+    l->texel_sets[0] = wb->sets[wv];
+    l->texel_sets[1] = xb->sets[0];
 }
 
 static void plan_mul_mat_id(const tsr_tensor *n, uint64_t err, uint32_t site, vk_launch *l)
@@ -184,7 +263,9 @@ void tsr__vk_mm_plan(vk_device *d, const tsr_tensor *n, uint64_t err_addr, uint3
     memset(l, 0, sizeof(*l));
     l->id = tsr__vk_mm_shader(d, n);
     *n_out = 1;
-    if (n->op == TSR_OP_MUL_MAT)
+    if (l->id == VK_SH_mmt)
+        plan_mul_mat_texel(d, n, l);
+    else if (n->op == TSR_OP_MUL_MAT)
         plan_mul_mat(d, n, l);
     else if (n->op == TSR_OP_MUL_MAT_ID)
         plan_mul_mat_id(n, err_addr, site, l);

@@ -7,17 +7,14 @@
  * texel kernels uses one layout with 128 bytes of push constants and no
  * descriptor: shaders reach memory through buffer device addresses.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/vulkan/vk_impl.h"
 
 enum { VK_POOL_SETS = 256 };
 
-bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id)
-{
-    (void)id;
-    return false;
-}
+bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id) { return id == VK_SH_mmt; }
 
 static tsr_status vk_layouts_locked(vk_device *d)
 {
@@ -97,16 +94,103 @@ void tsr__vk_pipelines_free(vk_device *d)
 
 /* ---- texel views ----------------------------------------------------------------------- */
 
-void tsr__vk_buffer_views_init(vk_buffer *b) { (void)b; }
+/* A descriptor set of the texel layout from the device's pools (a new pool
+ * when they are full). Called with pipe_lock held. */
+static VkDescriptorSet vk_texel_set_locked(vk_device *d)
+{
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    for (size_t i = d->n_pools; i-- > 0;) {
+        const VkDescriptorSetAllocateInfo ai = {.sType =
+                                                    VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                                .descriptorPool = d->pools[i],
+                                                .descriptorSetCount = 1,
+                                                .pSetLayouts = &d->texel_dsl};
+        if (VKF.vkAllocateDescriptorSets(d->dev, &ai, &set) == VK_SUCCESS)
+            return set;
+    }
+    VkDescriptorPool *pools = realloc(d->pools, (d->n_pools + 1) * sizeof(*pools));
+    if (!pools)
+        return VK_NULL_HANDLE;
+    d->pools = pools;
+    const VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, VK_POOL_SETS};
+    const VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                           .flags =
+                                               VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
+                                           .maxSets = VK_POOL_SETS,
+                                           .poolSizeCount = 1,
+                                           .pPoolSizes = &size};
+    if (VKF.vkCreateDescriptorPool(d->dev, &pi, NULL, &d->pools[d->n_pools]) != VK_SUCCESS)
+        return VK_NULL_HANDLE;
+    const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                            .descriptorPool = d->pools[d->n_pools++],
+                                            .descriptorSetCount = 1,
+                                            .pSetLayouts = &d->texel_dsl};
+    if (VKF.vkAllocateDescriptorSets(d->dev, &ai, &set) != VK_SUCCESS)
+        return VK_NULL_HANDLE;
+    return set;
+}
+
+/* Views of the whole buffer as RGBA32F and RGBA16F texels (as far as
+ * maxTexelBufferElements reaches), each in its own descriptor set. A view
+ * that cannot be made is left out: the matrix kernels then use the tiled
+ * GEMM for tensors in this buffer. */
+void tsr__vk_buffer_views_init(vk_buffer *b)
+{
+    vk_device *d = b->d;
+    static const VkFormat fmts[2] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT};
+    static const size_t texel[2] = {16, 8};
+    pthread_mutex_lock(&d->pipe_lock);
+    if (vk_layouts_locked(d) != TSR_OK) {
+        pthread_mutex_unlock(&d->pipe_lock);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        const size_t range =
+            TSR_MIN(b->m.size / texel[i], (size_t)d->limits.maxTexelBufferElements) * texel[i];
+        if (!d->texels[i] || range == 0)
+            continue;
+        const VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                                           .buffer = b->m.buf,
+                                           .format = fmts[i],
+                                           .offset = 0,
+                                           .range = range};
+        if (VKF.vkCreateBufferView(d->dev, &vi, NULL, &b->views[i]) != VK_SUCCESS) {
+            b->views[i] = VK_NULL_HANDLE;
+            continue;
+        }
+        b->sets[i] = vk_texel_set_locked(d);
+        if (!b->sets[i]) {
+            VKF.vkDestroyBufferView(d->dev, b->views[i], NULL);
+            b->views[i] = VK_NULL_HANDLE;
+            continue;
+        }
+        b->view_texels[i] = range / texel[i];
+        const VkWriteDescriptorSet w = {.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                        .dstSet = b->sets[i],
+                                        .dstBinding = 0,
+                                        .descriptorCount = 1,
+                                        .descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
+                                        .pTexelBufferView = &b->views[i]};
+        VKF.vkUpdateDescriptorSets(d->dev, 1, &w, 0, NULL);
+    }
+    pthread_mutex_unlock(&d->pipe_lock);
+}
 
 void tsr__vk_buffer_views_free(vk_buffer *b)
 {
     vk_device *d = b->d;
     pthread_mutex_lock(&d->pipe_lock);
     for (int i = 0; i < 2; i++) {
+        if (b->sets[i]) {
+            /* The set came from one of the pools; free it from the right one. */
+            for (size_t p = 0; p < d->n_pools; p++)
+                if (VKF.vkFreeDescriptorSets(d->dev, d->pools[p], 1, &b->sets[i]) == VK_SUCCESS)
+                    break;
+        }
         if (b->views[i])
             VKF.vkDestroyBufferView(d->dev, b->views[i], NULL);
         b->views[i] = VK_NULL_HANDLE;
+        b->sets[i] = VK_NULL_HANDLE;
     }
     pthread_mutex_unlock(&d->pipe_lock);
 }
