@@ -295,26 +295,136 @@ static void bench_two_devices(bench_cfg *c)
     tsr_backend_free(b1);
 }
 
+/* ---- Vulkan devices and the CPU + Vulkan mix ------------------------------------------------ */
+
+/* Every Vulkan device (found through the registry by name, so this file
+ * needs no Vulkan header): F32 and F16 GEMM 1024³ against the CPU backend's
+ * F32 GEMM 1024³ measured right before (target >= 0.25x: on lavapipe, which
+ * runs on the same cores, this measures shader quality), matrix-vector
+ * products against the streaming read, and on GPUs F32 and F16 GEMM 4096³.
+ * Then two independent GEMMs on cpu0 and vulkan0 at once against one after
+ * the other (the CPU + Vulkan mix). */
+static void bench_vulkan(bench_cfg *c, const bu_mem *read)
+{
+    tsr_reg *reg = tsr_reg_by_name("vulkan");
+    const size_t n_vk = reg ? tsr_reg_dev_count(reg) : 0;
+    if (n_vk == 0) {
+        printf("vulkan: skipped (not built, no loader or no device)\n");
+        fprintf(c->md, "\nVulkan: skipped (not built, no loader or no device)\n");
+        return;
+    }
+    const int64_t sq = c->quick ? 256 : 1024;
+    const int reps = c->quick ? 2 : 5;
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)sq, (long long)sq, (long long)sq);
+    tsr_backend *cpu = cpu_stream(0, c->threads);
+    mm_graph m = mm_graph_new(tsr_backend_dev(cpu), TSR_TYPE_F32, sq, sq, sq);
+    const double cpu_gf = 2.0 * (double)(sq * sq * sq) / time_graph(cpu, m.g, reps) * 1e-9;
+    mm_graph_free(&m);
+    report(c, "gemm f32 cpu0", shape, cpu_gf, "GFLOP/s", "itself", cpu_gf, 0);
+    for (size_t i = 0; i < n_vk; i++) {
+        tsr_dev *d = tsr_reg_dev_get(reg, i);
+        tsr_backend *be;
+        tsr_status st = tsr_backend_new(d, &be);
+        if (st != TSR_OK)
+            die("vulkan stream", st);
+        printf("%s: %s\n", tsr_dev_name(d), tsr_dev_description(d));
+        const tsr_type types[2] = {TSR_TYPE_F32, TSR_TYPE_F16};
+        char name[64];
+        for (int t = 0; t < 2; t++) {
+            m = mm_graph_new(d, types[t], sq, sq, sq);
+            const double gf = 2.0 * (double)(sq * sq * sq) / time_graph(be, m.g, reps) * 1e-9;
+            mm_graph_free(&m);
+            snprintf(name, sizeof(name), "gemm %s %s", tsr_type_name(types[t]), tsr_dev_name(d));
+            report(c, name, shape, gf, "GFLOP/s", "gemm f32 cpu0", cpu_gf,
+                   types[t] == TSR_TYPE_F32 ? 0.25 : 0);
+        }
+        /* Decode: bytes of W read per second, beside the host's read. */
+        const int64_t K = c->quick ? 512 : 4096, N = c->quick ? 1024 : 14336;
+        for (int t = 0; t < 2; t++) {
+            m = mm_graph_new(d, types[t], K, N, 1);
+            const double gbs = (double)tsr_nbytes(m.w) / time_graph(be, m.g, reps) * 1e-9;
+            mm_graph_free(&m);
+            char mshape[64];
+            snprintf(mshape, sizeof(mshape), "%lldx%lld", (long long)K, (long long)N);
+            snprintf(name, sizeof(name), "matvec %s %s", tsr_type_name(types[t]), tsr_dev_name(d));
+            report(c, name, mshape, gbs, "GB/s", "streaming read", bu_read_gbs(read, c->threads),
+                   0);
+        }
+        if (tsr_dev_get_type(d) != TSR_DEV_CPU && !c->quick) {
+            const int64_t big = 4096;
+            char bshape[64];
+            snprintf(bshape, sizeof(bshape), "%lldx%lldx%lld", (long long)big, (long long)big,
+                     (long long)big);
+            for (int t = 1; t >= 0; t--) {
+                m = mm_graph_new(d, types[t], big, big, big);
+                const double gf = 2.0 * (double)(big * big * big) / time_graph(be, m.g, 3) * 1e-9;
+                mm_graph_free(&m);
+                snprintf(name, sizeof(name), "gemm %s %s", tsr_type_name(types[t]),
+                         tsr_dev_name(d));
+                report(c, name, bshape, gf, "GFLOP/s", "gemm f32 cpu0", cpu_gf, 0);
+                printf("%s: %s GEMM 4096^3: %.2f TFLOP/s\n", tsr_dev_name(d),
+                       tsr_type_name(types[t]), gf * 1e-3);
+            }
+        }
+        tsr_backend_free(be);
+    }
+    /* The mix: GEMMs on cpu0 and vulkan0, concurrent vs sequential. */
+    tsr_dev *vk0 = tsr_reg_dev_get(reg, 0);
+    tsr_backend *vb;
+    tsr_status st = tsr_backend_new(vk0, &vb);
+    if (st != TSR_OK)
+        die("vulkan stream", st);
+    const int64_t ms = c->quick ? 128 : 512;
+    mm_graph mc = mm_graph_new(tsr_backend_dev(cpu), TSR_TYPE_F32, ms, ms, ms);
+    mm_graph mv = mm_graph_new(vk0, TSR_TYPE_F32, ms, ms, ms);
+    tsr_backend_graph_compute(cpu, mc.g);
+    tsr_backend_graph_compute(vb, mv.g);
+    double seq = 1e30, par = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bu_now();
+        tsr_backend_graph_compute(cpu, mc.g);
+        tsr_backend_graph_compute(vb, mv.g);
+        const double s1 = bu_now() - t0;
+        t0 = bu_now();
+        tsr_backend_graph_compute_async(cpu, mc.g);
+        tsr_backend_graph_compute_async(vb, mv.g);
+        tsr_backend_synchronize(cpu);
+        tsr_backend_synchronize(vb);
+        const double p1 = bu_now() - t0;
+        seq = s1 < seq ? s1 : seq;
+        par = p1 < par ? p1 : par;
+    }
+    snprintf(shape, sizeof(shape), "2x gemm f32 %lld^3", (long long)ms);
+    report(c, "cpu0 + vulkan0 concurrent", shape, 1e3 * par, "ms", "one after the other (ms)",
+           1e3 * seq, 0);
+    mm_graph_free(&mc);
+    mm_graph_free(&mv);
+    tsr_backend_free(vb);
+    tsr_backend_free(cpu);
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_ops [--threads N] [--out DIR] [--quick]\n"
+    fprintf(f, "usage: bench_ops [--threads N] [--out DIR] [--quick] [--vulkan]\n"
                "  CPU op throughput against OpenBLAS sgemm and a streaming read, measured in the\n"
                "  same run with the same thread count. Writes DIR/ops.jsonl and DIR/ops.md\n"
                "  (default DIR: bench/results).\n"
                "  --threads N  threads for every figure (default: all cores)\n"
-               "  --quick      small shapes, for a smoke test (ratios are not meaningful)\n");
+               "  --quick      small shapes, for a smoke test (ratios are not meaningful)\n"
+               "  --vulkan     only the Vulkan rows (and the CPU GEMM they are compared with)\n");
 }
 
 int main(int argc, char **argv)
 {
     bench_cfg c = {.threads = 0, .out_dir = "bench/results"};
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"quick", no_argument, 0, 'q'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    bool vulkan_only = false;
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, 't'}, {"out", required_argument, 0, 'o'},
+        {"quick", no_argument, 0, 'q'},         {"vulkan", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "t:o:qh", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "t:o:qvh", opts, NULL)) != -1) {
         switch (o) {
         case 't':
             c.threads = atoi(optarg);
@@ -328,6 +438,9 @@ int main(int argc, char **argv)
             break;
         case 'q':
             c.quick = true;
+            break;
+        case 'v':
+            vulkan_only = true;
             break;
         case 'h':
             usage(stdout);
@@ -352,6 +465,14 @@ int main(int argc, char **argv)
     fprintf(c.md, "# bench_ops (%d threads%s)\n\n%s", c.threads, c.quick ? ", quick" : "", hdr);
 
     bu_mem read = bu_mem_new(c.quick ? 16u << 20 : 256u << 20, 0);
+    if (vulkan_only) {
+        bench_vulkan(&c, &read);
+        bu_mem_free(&read);
+        fclose(c.jsonl);
+        fclose(c.md);
+        fclose(c.dat);
+        return 0;
+    }
     bu_mem copy = bu_mem_new(c.quick ? 8u << 20 : 64u << 20, 1);
     const double read_gbs = best_read(&read, c.threads, c.quick ? 3 : 8);
     report(&c, "streaming read", c.quick ? "16 MiB" : "256 MiB", read_gbs, "GB/s", "itself",
@@ -374,8 +495,9 @@ int main(int argc, char **argv)
     bench_matvec(&c, be, TSR_TYPE_F16, K, N, &read);
     bench_matvec(&c, be, TSR_TYPE_BF16, K, N, &read);
     bench_matvec(&c, be, TSR_TYPE_Q8_0, K, N, &read);
-    bu_mem_free(&read);
     tsr_backend_free(be);
+    bench_vulkan(&c, &read);
+    bu_mem_free(&read);
     bench_two_devices(&c);
     fprintf(c.dat, "\"2 cpu devices\\nsequential/concurrent\" %.4f %.2f\n", two_dev_speedup,
             1.0 / 0.6);

@@ -96,7 +96,7 @@ static bool on_texels(const tsr_tensor *t, int view, size_t tex)
 static bool use_texels(const vk_device *d, const tsr_tensor *n)
 {
     const tsr_tensor *w = n->src[0], *x = n->src[1];
-    if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || use_vec(n) || w->ne[0] % 4)
+    if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || w->ne[0] % 4)
         return false;
     if (w->type != TSR_TYPE_F32 && w->type != TSR_TYPE_F16)
         return false;
@@ -133,10 +133,10 @@ tsr__vk_shader_id tsr__vk_mm_shader(vk_device *d, const tsr_tensor *n)
     const int t = wtype_index(n->src[0]->type);
     if (n->op == TSR_OP_MUL_MAT_ID)
         return (tsr__vk_shader_id)(VK_SH_mmid_f32 + t);
+    if (use_texels(d, n))
+        return use_vec(n) ? VK_SH_mvt : VK_SH_mmt;
     if (use_vec(n))
         return (tsr__vk_shader_id)(VK_SH_mv_f32 + t);
-    if (use_texels(d, n))
-        return VK_SH_mmt;
     return (tsr__vk_shader_id)(VK_SH_mm_f32 + t);
 }
 
@@ -169,7 +169,8 @@ static void plan_mul_mat(vk_device *d, const tsr_tensor *n, vk_launch *l)
     }
 }
 
-enum { VK_MMT_R = 16, VK_MMT_C = 16, VK_MMT_WG = 32 }; /* R, C, WG of mul_mat_texel.comp */
+/* R, C, WG of mul_mat_texel.comp; ROWS of mul_mat_vec_texel.comp */
+enum { VK_MMT_R = 16, VK_MMT_C = 16, VK_MMT_WG = 32, VK_MVT_ROWS = 4 };
 
 static void plan_mul_mat_texel(vk_device *d, const tsr_tensor *n, vk_launch *l)
 {
@@ -183,8 +184,9 @@ static void plan_mul_mat_texel(vk_device *d, const tsr_tensor *n, vk_launch *l)
     p->K4 = (uint32_t)(w->ne[0] / 4);
     p->N = (uint32_t)w->ne[1];
     p->T = (uint32_t)x->ne[1];
-    p->ttiles = (p->T + VK_MMT_C - 1) / VK_MMT_C;
-    p->ntiles = (p->N + VK_MMT_R - 1) / VK_MMT_R;
+    const bool vec = l->id == VK_SH_mvt;
+    p->ttiles = vec ? 1 : (p->T + VK_MMT_C - 1) / VK_MMT_C;
+    p->ntiles = vec ? (p->N + VK_MVT_ROWS - 1) / VK_MVT_ROWS : (p->N + VK_MMT_R - 1) / VK_MMT_R;
     p->woff = (uint32_t)(tsr__vk_offset(w) / wt);
     p->wrow = (uint32_t)(w->nb[1] / wt);
     p->wnb2 = (uint32_t)(w->nb[2] / wt);
@@ -263,7 +265,7 @@ void tsr__vk_mm_plan(vk_device *d, const tsr_tensor *n, uint64_t err_addr, uint3
     memset(l, 0, sizeof(*l));
     l->id = tsr__vk_mm_shader(d, n);
     *n_out = 1;
-    if (l->id == VK_SH_mmt)
+    if (l->id == VK_SH_mmt || l->id == VK_SH_mvt)
         plan_mul_mat_texel(d, n, l);
     else if (n->op == TSR_OP_MUL_MAT)
         plan_mul_mat(d, n, l);

@@ -14,7 +14,7 @@
 
 enum { VK_POOL_SETS = 256 };
 
-bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id) { return id == VK_SH_mmt; }
+bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id) { return id == VK_SH_mmt || id == VK_SH_mvt; }
 
 static tsr_status vk_layouts_locked(vk_device *d)
 {
