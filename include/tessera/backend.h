@@ -201,7 +201,9 @@ tsr_status tsr_backend_synchronize(tsr_backend *backend);
 /* ---- events ---------------------------------------------------------------- */
 
 tsr_status tsr_event_new(tsr_dev *dev, tsr_event **out);
-void tsr_event_free(tsr_event *event); /* NULL allowed */
+/* NULL allowed. Work queued on any stream that waits on the event must be
+ * finished first (synchronize those streams): an event outlives its waits. */
+void tsr_event_free(tsr_event *event);
 /* Marks the current end of backend's queue. The backend must be on the
  * event's device. Re-recording moves the mark. */
 tsr_status tsr_event_record(tsr_event *event, tsr_backend *backend);
