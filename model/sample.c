@@ -257,9 +257,11 @@ static int find_slices(tsr_model *m, struct model_sampler *s)
     return n;
 }
 
-/* Builds and enqueues device j's candidate graph: k best of its slice and
- * the values of its r penalized tokens (ids in s->ibuf + off). */
-static tsr_status dev_enqueue(struct model_sampler *s, int j, int k, int r, const int32_t *hid)
+/* Builds and enqueues device j's candidate graph (k best of its slice and
+ * the values of its r penalized tokens, ids at hid) and the reads of its
+ * results into ids[0..k) / vals[0..k + r): one wait per device in all. */
+static tsr_status dev_enqueue(struct model_sampler *s, int j, int k, int r, const int32_t *hid,
+                              int32_t *ids, float *vals)
 {
     sample_dev *d = &s->d[j];
     const int64_t n = d->slice.ne[0];
@@ -297,10 +299,17 @@ static tsr_status dev_enqueue(struct model_sampler *s, int j, int k, int r, cons
         return st;
     if ((st = tsr_gallocr_alloc_graph(d->ga, d->g)) != TSR_OK)
         return st;
-    if (d->hidx &&
-        (st = tsr_backend_set_async(d->be, d->hidx, hid, 0, (size_t)r * sizeof(int32_t))) != TSR_OK)
-        return st;
-    return tsr_backend_graph_compute_async(d->be, d->g);
+    if (d->hidx)
+        st = tsr_backend_set_async(d->be, d->hidx, hid, 0, (size_t)r * sizeof(int32_t));
+    if (st == TSR_OK)
+        st = tsr_backend_graph_compute_async(d->be, d->g);
+    if (st == TSR_OK && d->k > 0)
+        st = tsr_backend_get_async(d->be, d->idx, ids, 0, (size_t)d->k * sizeof(int32_t));
+    if (st == TSR_OK && d->k > 0)
+        st = tsr_backend_get_async(d->be, d->val, vals, 0, (size_t)d->k * sizeof(float));
+    if (st == TSR_OK && r > 0)
+        st = tsr_backend_get_async(d->be, d->hval, vals + d->k, 0, (size_t)r * sizeof(float));
+    return st;
 }
 
 /* Candidates from every slice into s->cand; *n_out of them. */
@@ -308,11 +317,14 @@ static tsr_status distributed_candidates(const tsr_sampler_params *sp, struct mo
                                          int n_dev, int n_hist, size_t *n_out)
 {
     const int want = (sp->temperature <= 0.0f ? 1 : sp->top_k) + n_hist;
-    /* Penalized ids per device, local to its slice, packed in s->ibuf. */
+    /* s->ibuf: the penalized ids per device, local to its slice (n_hist at
+     * most), then want ids per device; s->fbuf: want + n_hist values per
+     * device. */
+    const size_t per = (size_t)want + (size_t)n_hist;
     tsr_status st = grow((void **)&s->ibuf, &s->cap_ibuf,
                          (size_t)n_hist + (size_t)want * (size_t)n_dev, sizeof(int32_t));
     if (st == TSR_OK)
-        st = grow((void **)&s->fbuf, &s->cap_fbuf, (size_t)want, sizeof(float));
+        st = grow((void **)&s->fbuf, &s->cap_fbuf, per * (size_t)n_dev, sizeof(float));
     if (st != TSR_OK)
         return st;
     int off[TSR_META_MAX_DEVICES + 1] = {0};
@@ -323,8 +335,10 @@ static tsr_status distributed_candidates(const tsr_sampler_params *sp, struct mo
             if (s->hist[i] >= d->start && s->hist[i] < d->start + d->slice.ne[0])
                 s->ibuf[off[j + 1]++] = s->hist[i] - (int32_t)d->start;
     }
+    int32_t *ids = s->ibuf + n_hist;
     for (int j = 0; j < n_dev && st == TSR_OK; j++)
-        st = dev_enqueue(s, j, want, off[j + 1] - off[j], s->ibuf + off[j]);
+        st = dev_enqueue(s, j, want, off[j + 1] - off[j], s->ibuf + off[j], ids + (size_t)j * want,
+                         s->fbuf + (size_t)j * per);
     for (int j = 0; j < n_dev; j++) {
         const tsr_status ss = tsr_backend_synchronize(s->d[j].be);
         if (st == TSR_OK)
@@ -337,27 +351,18 @@ static tsr_status distributed_candidates(const tsr_sampler_params *sp, struct mo
         total += (size_t)s->d[j].k + (size_t)s->d[j].r;
     if ((st = grow((void **)&s->cand, &s->cap_cand, total, sizeof(cand))) != TSR_OK)
         return st;
-    /* The graph state's results, read after every device finished. */
-    int32_t *ids = s->ibuf + n_hist;
-    float *vals = s->fbuf;
     size_t n = 0;
-    for (int j = 0; j < n_dev && st == TSR_OK; j++) {
+    for (int j = 0; j < n_dev; j++) {
         const sample_dev *d = &s->d[j];
-        if (d->k > 0) {
-            st = tsr_tensor_get(d->idx, ids, 0, (size_t)d->k * sizeof(int32_t));
-            if (st == TSR_OK)
-                st = tsr_tensor_get(d->val, vals, 0, (size_t)d->k * sizeof(float));
-            for (int i = 0; i < d->k && st == TSR_OK; i++)
-                s->cand[n++] = (cand){(int32_t)d->start + ids[i], vals[i]};
-        }
-        if (d->r > 0 && st == TSR_OK) {
-            st = tsr_tensor_get(d->hval, vals, 0, (size_t)d->r * sizeof(float));
-            for (int i = 0; i < d->r && st == TSR_OK; i++)
-                s->cand[n++] = (cand){(int32_t)d->start + s->ibuf[off[j] + i], vals[i]};
-        }
+        const int32_t *dj = ids + (size_t)j * want;
+        const float *vj = s->fbuf + (size_t)j * per;
+        for (int i = 0; i < d->k; i++)
+            s->cand[n++] = (cand){(int32_t)d->start + dj[i], vj[i]};
+        for (int i = 0; i < d->r; i++)
+            s->cand[n++] = (cand){(int32_t)d->start + s->ibuf[off[j] + i], vj[d->k + i]};
     }
     *n_out = n;
-    return st;
+    return TSR_OK;
 }
 
 static tsr_status gathered_candidates(tsr_model *m, struct model_sampler *s, size_t *n_out)
