@@ -263,6 +263,27 @@ void tsr__vk_dispatch_locked(vk_stream *s, tsr__vk_shader_id id, const void *pc,
  * site number and the device address of the stream's error word. */
 uint32_t tsr__vk_error_site_locked(vk_stream *s, const tsr_tensor *node, uint64_t *err_addr);
 
+/* Host bytes [p, p + n) are the destination of a download not yet done:
+ * wait for it, so that host memory sees the stream's operations in order. */
+void tsr__vk_settle_host_locked(vk_stream *s, const void *p, size_t n);
+/* Later work of s waits for value v of stream o: on the GPU when o is on
+ * the same device and v is submitted, else through s's waiter thread. */
+void tsr__vk_wait_stream_locked(vk_stream *s, vk_stream *o, uint64_t v);
+/* Later work of s waits for an event of another backend (the waiter thread
+ * synchronizes it; own: the waiter frees it afterwards). */
+void tsr__vk_wait_event_locked(vk_stream *s, tsr_event *e, bool own);
+/* Uploads n bytes of host memory that may be read only after the waits
+ * queued so far: the waiter copies them into the ring, the GPU copy
+ * follows. */
+void tsr__vk_upload_deferred_locked(vk_stream *s, const vk_mem *dst, size_t off, const void *src,
+                                    size_t n);
+/* Waits (taking the lock) until value v of s is complete and retired. */
+tsr_status tsr__vk_stream_wait(vk_stream *s, uint64_t v);
+vk_device *tsr__vk_stream_device(const vk_stream *s);
+const char *tsr__vk_stream_name(const vk_stream *s);
+
+/* ---- the backend interface (vk_backend.c) ---------------------------------------------- */
+
 bool tsr__vk_stream_is(tsr_backend *b);
 vk_stream *tsr__vk_stream_of(tsr_backend *b);
 tsr_status tsr__vk_backend_new(vk_device *d, tsr_backend **out);

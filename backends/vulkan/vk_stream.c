@@ -2,7 +2,8 @@
  * device's queue, a timeline semaphore per stream, the staging ring of
  * asynchronous transfers, events, and waits on other streams or backends.
  *
- * Not the kernels (vk_ops*.c) nor pipelines (vk_pipeline.c).
+ * Not the kernels (vk_ops*.c), pipelines (vk_pipeline.c) nor the backend
+ * entries built on this (vk_backend.c).
  *
  * Design. Work is recorded into the stream's current command buffer and
  * submitted as one batch at the end of a graph, at an event record, a
@@ -846,40 +847,14 @@ tsr_status tsr__vk_device_drain(vk_device *d)
     return TSR_OK;
 }
 
-/* ---- the backend interface ------------------------------------------------------------------ */
+/* ---- waits and deferred uploads (for vk_backend.c) ---------------------------------------- */
 
-typedef struct {
-    vk_stream *s;
-    char name[48];
-} vk_backend_ctx;
+vk_device *tsr__vk_stream_device(const vk_stream *s) { return s->d; }
+const char *tsr__vk_stream_name(const vk_stream *s) { return s->name; }
 
-static const struct tsr_backend_i vk_backend_iface;
-
-bool tsr__vk_stream_is(tsr_backend *b) { return b && b->iface == &vk_backend_iface; }
-bool tsr_backend_is_vulkan(tsr_backend *backend) { return tsr__vk_stream_is(backend); }
-vk_stream *tsr__vk_stream_of(tsr_backend *b) { return ((vk_backend_ctx *)b->context)->s; }
-
-static const char *vk_be_name(tsr_backend *b) { return ((vk_backend_ctx *)b->context)->name; }
-
-static void vk_be_free(tsr_backend *b)
+void tsr__vk_settle_host_locked(vk_stream *s, const void *ptr, size_t n)
 {
-    tsr__vk_stream_free(tsr__vk_stream_of(b));
-    free(b->context);
-    free(b);
-}
-
-/* The tensor's memory when it lives in this stream's device. */
-static vk_buffer *own_buffer(vk_stream *s, const tsr_tensor *t)
-{
-    if (!tsr__vk_is_buffer(t->buffer) || tsr__vk_buffer_of(t)->d != s->d)
-        return NULL;
-    return tsr__vk_buffer_of(t);
-}
-
-/* Host bytes [p, p + n) are the destination of a download not yet retired:
- * wait for it, so host memory sees the stream's operations in order. */
-static void settle_host_range_locked(vk_stream *s, const char *p, size_t n)
-{
+    const char *p = ptr;
     uint64_t need = 0;
     for (size_t i = 0; i < fifo_size(&s->hc); i++) {
         const vk_hostcopy *h = fifo_at(&s->hc, i);
@@ -895,59 +870,7 @@ static void settle_host_range_locked(vk_stream *s, const char *p, size_t n)
     }
 }
 
-static tsr_status not_here(vk_stream *s, const tsr_tensor *t)
-{
-    return tsr__error(TSR_EUNSUPPORTED, "%s: tensor '%s' is not in %s memory", s->name, t->name,
-                      s->d->name);
-}
-
-static tsr_status vk_be_set_2d(tsr_backend *b, tsr_tensor *t, const void *data, size_t offset,
-                               size_t row, size_t n_rows, size_t t_stride, size_t d_stride)
-{
-    vk_stream *s = tsr__vk_stream_of(b);
-    vk_buffer *vb = own_buffer(s, t);
-    if (!vb)
-        return not_here(s, t);
-    const size_t off = tsr__vk_offset(t) + offset;
-    pthread_mutex_lock(&s->lock);
-    settle_host_range_locked(s, data, (n_rows - 1) * d_stride + row);
-    for (size_t i = 0; i < n_rows; i++)
-        tsr__vk_upload_locked(s, &vb->m, off + i * t_stride, (const char *)data + i * d_stride,
-                              row);
-    pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-static tsr_status vk_be_get_2d(tsr_backend *b, const tsr_tensor *t, void *data, size_t offset,
-                               size_t row, size_t n_rows, size_t t_stride, size_t d_stride)
-{
-    vk_stream *s = tsr__vk_stream_of(b);
-    vk_buffer *vb = own_buffer(s, t);
-    if (!vb)
-        return not_here(s, t);
-    const size_t off = tsr__vk_offset(t) + offset;
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < n_rows; i++)
-        tsr__vk_download_locked(s, &vb->m, off + i * t_stride, (char *)data + i * d_stride, row);
-    pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-static tsr_status vk_be_set(tsr_backend *b, tsr_tensor *t, const void *data, size_t offset,
-                            size_t size)
-{
-    return vk_be_set_2d(b, t, data, offset, size, 1, size, size);
-}
-
-static tsr_status vk_be_get(tsr_backend *b, const tsr_tensor *t, void *data, size_t offset,
-                            size_t size)
-{
-    return vk_be_get_2d(b, t, data, offset, size, 1, size, size);
-}
-
-/* Makes s's later work wait for value v of stream o (same device: on the
- * GPU when v is already submitted, else through the gate). */
-static void wait_stream_locked(vk_stream *s, vk_stream *o, uint64_t v)
+void tsr__vk_wait_stream_locked(vk_stream *s, vk_stream *o, uint64_t v)
 {
     if (o == s || v == 0)
         return;
@@ -969,204 +892,42 @@ static void wait_stream_locked(vk_stream *s, vk_stream *o, uint64_t v)
     push_job_locked(s, &j);
 }
 
-static tsr_status vk_be_cpy_async(tsr_backend *src_b, tsr_backend *dst_b, const tsr_tensor *src,
-                                  tsr_tensor *dst)
+void tsr__vk_wait_event_locked(vk_stream *s, tsr_event *e, bool own)
 {
-    vk_stream *s = tsr__vk_stream_of(dst_b);
-    vk_buffer *db = own_buffer(s, dst);
-    if (!db)
-        return TSR_ENOTHANDLED;
-    const size_t n = tsr_nbytes(src);
-    vk_buffer *sb = own_buffer(s, src);
-    if (sb) {
-        /* Device to device: after the source stream's queued work. */
-        if (tsr__vk_stream_is(src_b) && tsr__vk_stream_of(src_b) != s) {
-            vk_stream *o = tsr__vk_stream_of(src_b);
-            if (o->d != s->d)
-                return TSR_ENOTHANDLED;
-            pthread_mutex_lock(&o->lock);
-            const uint64_t v = tsr__vk_stream_flush_locked(o);
-            pthread_mutex_unlock(&o->lock);
-            pthread_mutex_lock(&s->lock);
-            wait_stream_locked(s, o, v);
-        } else if (!tsr__vk_stream_is(src_b)) {
-            return TSR_ENOTHANDLED;
-        } else {
-            pthread_mutex_lock(&s->lock);
-        }
-        tsr__vk_copy_locked(s, &sb->m, tsr__vk_offset(src), &db->m, tsr__vk_offset(dst), n);
-        pthread_mutex_unlock(&s->lock);
-        return TSR_OK;
+    const vk_job j = {.kind = VK_JOB_WAIT_EVENT, .event = e, .own_event = own};
+    push_job_locked(s, &j);
+}
+
+void tsr__vk_upload_deferred_locked(vk_stream *s, const vk_mem *dst, size_t off, const void *src,
+                                    size_t n)
+{
+    const char *p = src;
+    if (!ring_ready_locked(s, n))
+        return;
+    while (n > 0) {
+        const size_t c = TSR_MIN(n, ring_piece(s));
+        const size_t roff = ring_alloc_locked(s, c);
+        const vk_job hc = {
+            .kind = VK_JOB_HOSTCOPY, .dst = (char *)s->ring.map + roff, .src = p, .n = c};
+        push_job_locked(s, &hc);
+        VkCommandBuffer cb = cmd_locked(s);
+        const vk_range w = {dst->addr + off, dst->addr + off + c};
+        hazard_locked(s, cb, NULL, 0, &w, 1);
+        const VkBufferCopy region = {roff, off, c};
+        VKF.vkCmdCopyBuffer(cb, s->ring.buf, dst->buf, 1, &region);
+        p += c;
+        off += c;
+        n -= c;
     }
-    if (!tsr_buf_is_host(src->buffer))
-        return TSR_ENOTHANDLED;
-    if (src_b == dst_b)
-        return vk_be_set(dst_b, dst, src->data, 0, n);
-    /* Host memory of another backend: once its stream has reached this
-     * point, the waiter copies the bytes into the ring and the batch that
-     * copies them to the device follows. */
-    tsr_dev *sd = tsr_backend_dev(src_b);
-    if (!tsr_dev_get_caps(sd).events)
-        return TSR_ENOTHANDLED;
-    tsr_event *e = NULL;
-    tsr_status st = tsr_event_new(sd, &e);
-    if (st == TSR_OK)
-        st = tsr_event_record(e, src_b);
-    if (st != TSR_OK) {
-        tsr_event_free(e);
-        return st;
-    }
+}
+
+tsr_status tsr__vk_stream_wait(vk_stream *s, uint64_t v)
+{
     pthread_mutex_lock(&s->lock);
-    settle_host_range_locked(s, src->data, n);
-    const vk_job w = {.kind = VK_JOB_WAIT_EVENT, .event = e, .own_event = true};
-    push_job_locked(s, &w);
-    size_t off = tsr__vk_offset(dst);
-    const char *p = src->data;
-    size_t left = n;
-    if (ring_ready_locked(s, n)) {
-        while (left > 0) {
-            const size_t c = TSR_MIN(left, ring_piece(s));
-            const size_t roff = ring_alloc_locked(s, c);
-            const vk_job hc = {
-                .kind = VK_JOB_HOSTCOPY, .dst = (char *)s->ring.map + roff, .src = p, .n = c};
-            push_job_locked(s, &hc);
-            VkCommandBuffer cb = cmd_locked(s);
-            const vk_range wr = {db->m.addr + off, db->m.addr + off + c};
-            hazard_locked(s, cb, NULL, 0, &wr, 1);
-            const VkBufferCopy region = {roff, off, c};
-            VKF.vkCmdCopyBuffer(cb, s->ring.buf, db->m.buf, 1, &region);
-            p += c;
-            off += c;
-            left -= c;
-        }
-    }
+    wait_value_locked(s, v);
+    const bool lost = s->lost;
     pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-static tsr_status vk_be_graph_compute(tsr_backend *b, tsr_graph *g)
-{
-    vk_stream *s = tsr__vk_stream_of(b);
-    tsr_status st = tsr__vk_graph_prepare(s->d, g);
-    if (st != TSR_OK)
-        return st;
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < tsr_graph_n_nodes(g); i++) {
-        tsr_tensor *n = tsr_graph_node(g, i);
-        if ((n->flags & TSR_TENSOR_FLAG_COMPUTE) && n->op != TSR_OP_NONE &&
-            !tsr_op_is_view(n->op) && tsr_nelements(n) > 0)
-            tsr__vk_record_node(s, n);
-    }
-    tsr__vk_stream_flush_locked(s);
-    pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-static tsr_status vk_be_sync(tsr_backend *b) { return tsr__vk_stream_sync(tsr__vk_stream_of(b)); }
-
-/* ---- events --------------------------------------------------------------------------------- */
-
-typedef struct {
-    vk_stream *s; /* NULL: never recorded */
-    uint64_t value;
-} vk_event_ctx;
-
-static tsr_status vk_be_event_record(tsr_backend *b, tsr_event *e)
-{
-    vk_stream *s = tsr__vk_stream_of(b);
-    vk_event_ctx *ec = e->context;
-    pthread_mutex_lock(&s->lock);
-    ec->value = tsr__vk_stream_flush_locked(s);
-    ec->s = s;
-    pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-static tsr_status vk_be_event_wait(tsr_backend *b, tsr_event *e)
-{
-    vk_stream *s = tsr__vk_stream_of(b);
-    pthread_mutex_lock(&s->lock);
-    if (tsr__vk_is_device(e->dev)) {
-        const vk_event_ctx *ec = e->context;
-        if (ec->s)
-            wait_stream_locked(s, ec->s, ec->value);
-    } else {
-        const vk_job j = {.kind = VK_JOB_WAIT_EVENT, .event = e};
-        push_job_locked(s, &j);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return TSR_OK;
-}
-
-tsr_status tsr__vk_event_new(vk_device *d, tsr_event **out)
-{
-    tsr_event *e = calloc(1, sizeof(*e));
-    vk_event_ctx *ec = calloc(1, sizeof(*ec));
-    if (!e || !ec) {
-        free(e);
-        free(ec);
-        return tsr__error(TSR_ENOMEM, "%s: event", d->name);
-    }
-    e->dev = &d->tdev;
-    e->context = ec;
-    *out = e;
-    return TSR_OK;
-}
-
-void tsr__vk_event_free(tsr_event *e)
-{
-    free(e->context);
-    free(e);
-}
-
-tsr_status tsr__vk_event_sync(tsr_event *e)
-{
-    const vk_event_ctx *ec = e->context;
-    if (!ec->s)
-        return TSR_OK;
-    vk_stream *s = ec->s;
-    pthread_mutex_lock(&s->lock);
-    wait_value_locked(s, ec->value);
-    const tsr_status st = s->lost ? TSR_EDEVICE : TSR_OK;
-    pthread_mutex_unlock(&s->lock);
-    if (st != TSR_OK)
-        return tsr__error(st, "%s: the device was lost", s->d->name);
-    return TSR_OK;
-}
-
-static const struct tsr_backend_i vk_backend_iface = {
-    .get_name = vk_be_name,
-    .free = vk_be_free,
-    .set_tensor_async = vk_be_set,
-    .get_tensor_async = vk_be_get,
-    .set_tensor_2d_async = vk_be_set_2d,
-    .get_tensor_2d_async = vk_be_get_2d,
-    .cpy_tensor_async = vk_be_cpy_async,
-    .graph_compute = vk_be_graph_compute,
-    .synchronize = vk_be_sync,
-    .event_record = vk_be_event_record,
-    .event_wait = vk_be_event_wait,
-};
-
-tsr_status tsr__vk_backend_new(vk_device *d, tsr_backend **out)
-{
-    tsr_backend *b = calloc(1, sizeof(*b));
-    vk_backend_ctx *bc = calloc(1, sizeof(*bc));
-    if (!b || !bc) {
-        free(b);
-        free(bc);
-        return tsr__error(TSR_ENOMEM, "%s: stream objects", d->name);
-    }
-    snprintf(bc->name, sizeof(bc->name), "%s", d->name);
-    tsr_status st = tsr__vk_stream_new(d, d->name, &bc->s);
-    if (st != TSR_OK) {
-        free(b);
-        free(bc);
-        return st;
-    }
-    b->iface = &vk_backend_iface;
-    b->dev = &d->tdev;
-    b->context = bc;
-    *out = b;
+    if (lost)
+        return tsr__error(TSR_EDEVICE, "%s: the device was lost", s->d->name);
     return TSR_OK;
 }
