@@ -394,6 +394,93 @@ static void bench_devices(bench_cfg *c, int n, const size_t *sizes, int n_sizes,
         tsr_backend_free(b[j]);
 }
 
+/* ---- Vulkan: two streams on one device, and CPU + Vulkan ---------------------------------- */
+
+/* The all-reduce over two streams of vulkan0, and over cpu0 + vulkan0 (no
+ * native collective spans them: the generic paths run, from async copies
+ * through host memory and one-node ADD graphs), auto path and each generic
+ * path, F32, 4 KiB to 16 MiB (256 KiB with --quick), against the same
+ * single-thread memcpy. Vulkan devices are found through the registry by
+ * name, so this file needs no Vulkan header. */
+static void bench_vulkan(bench_cfg *c, memcpy_arg *mc)
+{
+    tsr_reg *reg = tsr_reg_by_name("vulkan");
+    if (!reg || tsr_reg_dev_count(reg) == 0) {
+        printf("\nVulkan rows skipped (not built, no loader or no device)\n");
+        fprintf(c->md, "\nVulkan rows skipped (not built, no loader or no device)\n");
+        return;
+    }
+    tsr_dev *vk = tsr_reg_dev_get(reg, 0), *cpu = tsr_reg_dev_get(tsr_cpu_reg(), 0);
+    const struct {
+        const char *label;
+        tsr_dev *d[2];
+    } sets[2] = {{"VK0×2", {vk, vk}}, {"CPU0+VK0", {cpu, vk}}};
+    const tsr_allreduce_path paths[] = {TSR_ALLREDUCE_AUTO, TSR_ALLREDUCE_BUTTERFLY,
+                                        TSR_ALLREDUCE_RING};
+    const size_t max = c->quick ? (256u << 10) : (16u << 20);
+    const double budget = c->quick ? 0.02 : 0.25;
+    const char *hdr =
+        "| devices | size | path | latency µs | algbw GB/s | busbw GB/s | memcpy GB/s "
+        "| busbw / memcpy |\n|---|---:|---|---:|---:|---:|---:|---:|\n";
+    printf("\n%s", hdr);
+    fprintf(c->md, "\n## Vulkan\n\n%s", hdr);
+    for (int k = 0; k < 2; k++) {
+        tsr_backend *b[2];
+        for (int j = 0; j < 2; j++) {
+            tsr_status st = tsr_backend_new(sets[k].d[j], &b[j]);
+            if (st != TSR_OK)
+                die("backend_new", st);
+        }
+        tsr_allreduce *ar;
+        tsr_status st = tsr_allreduce_new(b, 2, &ar);
+        if (st != TSR_OK)
+            die("allreduce_new", st);
+        for (size_t bytes = 4u << 10; bytes <= max; bytes *= 4) {
+            tsr_ctx *ctx[2];
+            tsr_buf *buf[2];
+            tsr_tensor *t[2];
+            for (int j = 0; j < 2; j++) {
+                ctx[j] = tsr_ctx_new(2);
+                t[j] = tsr_new_tensor_1d(ctx[j], TSR_TYPE_F32, (int64_t)(bytes / sizeof(float)));
+                if ((st = tsr_ctx_alloc_tensors(ctx[j], tsr_dev_buft(sets[k].d[j]), &buf[j])) !=
+                    TSR_OK)
+                    die("tensor allocation", st);
+                tsr_buf_clear(buf[j], 0);
+            }
+            mc->bytes = bytes;
+            const double memcpy_gbs =
+                (double)bytes / time_reps(memcpy_once, mc, budget, 5).med * 1e-9;
+            char sz[32];
+            size_label(bytes, sz, sizeof(sz));
+            for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
+                coll_arg ca = {ar, b, 2, t, paths[p]};
+                const stats s = time_reps(coll_once, &ca, budget, c->quick ? 3 : 5);
+                const char *path = tsr_allreduce_path_name(tsr_allreduce_last_path(ar));
+                const double algbw = (double)bytes / s.med * 1e-9, busbw = algbw;
+                for (int f = 0; f < 2; f++)
+                    fprintf(f ? c->md : stdout,
+                            "| %s | %7s | %-9s%s | %10.1f | %7.2f | %7.2f | %7.2f | %5.2fx |\n",
+                            sets[k].label, sz, path, p == 0 ? " (auto)" : "", s.med * 1e6, algbw,
+                            busbw, memcpy_gbs, busbw / memcpy_gbs);
+                fprintf(c->jsonl,
+                        "{\"bench\":\"comm\",\"devices\":\"%s\",\"type\":\"f32\",\"bytes\":%zu,"
+                        "\"path\":\"%s\",\"auto\":%s,\"latency_us\":%.3f,\"p10_us\":%.3f,"
+                        "\"p90_us\":%.3f,\"busbw_gbs\":%.4f,\"memcpy_gbs\":%.4f}\n",
+                        sets[k].label, bytes, path, p == 0 ? "true" : "false", s.med * 1e6,
+                        s.p10 * 1e6, s.p90 * 1e6, busbw, memcpy_gbs);
+            }
+            fflush(stdout);
+            for (int j = 0; j < 2; j++) {
+                tsr_buf_free(buf[j]);
+                tsr_ctx_free(ctx[j]);
+            }
+        }
+        tsr_allreduce_free(ar);
+        for (int j = 0; j < 2; j++)
+            tsr_backend_free(b[j]);
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_comm [--quick] [--out DIR]\n"
@@ -481,6 +568,7 @@ int main(int argc, char **argv)
             ns--;
         bench_devices(&c, n, sizes, ns, mpi, &mc);
     }
+    bench_vulkan(&c, &mc);
     printf("\ntargets: %d met, %d missed\n%s", c.met, c.missed, c.misses);
     fprintf(c.md, "\ntargets: %d met, %d missed\n%s", c.met, c.missed, c.misses);
     free(mc.src);

@@ -123,6 +123,56 @@ static double time_step(tsr_backend *be, ffn *f, int reps)
     return m;
 }
 
+/* The CPU + Vulkan mix: the same step on meta(cpu0, vulkan0) against each
+ * device alone (cpu0 with its default threads), in the same run. On
+ * lavapipe the Vulkan device runs on the CPU's own cores, so this shows the
+ * plumbing's cost more than a speed-up. The Vulkan device is found through
+ * the registry by name (no Vulkan header needed). */
+static void bench_vulkan_mix(FILE *jl, FILE *md, ffn_shape *s, bool quick)
+{
+    tsr_reg *reg = tsr_reg_by_name("vulkan");
+    if (!reg || tsr_reg_dev_count(reg) == 0) {
+        printf("\nCPU + Vulkan: skipped (not built, no loader or no device)\n");
+        fprintf(md, "\nCPU + Vulkan: skipped (not built, no loader or no device)\n");
+        return;
+    }
+    tsr_dev *devs[2] = {tsr_reg_dev_get(tsr_cpu_reg(), 0), tsr_reg_dev_get(reg, 0)}, *meta;
+    tsr_status st = tsr_meta_device_new(devs, 2, ffn_split, s, &meta);
+    if (st != TSR_OK)
+        die("meta device", st);
+    tsr_dev *all[3] = {devs[0], devs[1], meta};
+    const char *names[3] = {"cpu0", "vulkan0", "meta(cpu0, vulkan0)"};
+    double ms[3];
+    const int reps = quick ? 3 : 7;
+    for (int i = 0; i < 3; i++) {
+        tsr_backend *be;
+        if ((st = tsr_backend_new(all[i], &be)) != TSR_OK)
+            die("stream", st);
+        ffn f;
+        ffn_make(&f, all[i], s);
+        ms[i] = 1e3 * time_step(be, &f, reps);
+        ffn_free(&f);
+        tsr_backend_free(be);
+    }
+    const char *hdr =
+        "\n| figure | shape | cpu0 | vulkan0 | meta(cpu0, vulkan0) | meta / best single "
+        "|\n|---|---|---|---|---|---|\n";
+    char shape[64];
+    snprintf(shape, sizeof(shape), "E=%lld F=%lld %s", (long long)s->E, (long long)s->F,
+             tsr_type_name(s->wtype));
+    const double best = ms[0] < ms[1] ? ms[0] : ms[1];
+    for (FILE *fp = stdout; fp; fp = fp == stdout ? md : NULL)
+        fprintf(fp,
+                "%s| ffn decode step, CPU + Vulkan | %s | %.3f ms | %.3f ms | %.3f ms | %.2fx |\n",
+                hdr, shape, ms[0], ms[1], ms[2], ms[2] / best);
+    for (int i = 0; i < 3; i++)
+        fprintf(jl,
+                "{\"bench\":\"meta\",\"name\":\"ffn_decode_step_cpu_vulkan\",\"device\":\"%s\","
+                "\"E\":%lld,\"F\":%lld,\"type\":\"%s\",\"ms\":%.4f}\n",
+                names[i], (long long)s->E, (long long)s->F, tsr_type_name(s->wtype), ms[i]);
+    tsr_meta_device_free(meta);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_meta [--out DIR] [--quick] [--type f16|bf16|f32|q8_0]\n"
@@ -246,6 +296,7 @@ int main(int argc, char **argv)
     tsr_backend_free(one);
     tsr_backend_free(tp);
     tsr_meta_device_free(meta);
+    bench_vulkan_mix(jl, md, &s, quick);
     fclose(jl);
     fclose(md);
     printf("\nwrote %s/meta.jsonl and %s/meta.md\n", out_dir, out_dir);
