@@ -23,6 +23,7 @@ static size_t vk_n_devs;
 static VkInstance vk_instance;
 static bool vk_validation;
 static char vk_reason[512]; /* why there are no (or fewer) devices */
+static VkDebugUtilsMessengerEXT vk_messenger_handle;
 
 static const struct tsr_dev_i vk_dev_iface;
 extern const struct tsr_buft_i tsr__vk_buft_iface;
@@ -92,9 +93,37 @@ uint64_t tsr_vulkan_validation_errors(void)
     return atomic_load(&vk_val_errors);
 }
 
-/* At exit, errors nobody reported are still made visible. */
-static void vk_validation_atexit(void)
+/* At exit: when the application freed every buffer and stream, the
+ * devices and the instance are destroyed (so that leak checkers see only
+ * real leaks, and the validation layer checks that nothing was left
+ * behind); errors nobody reported are still made visible. */
+static void vk_atexit(void)
 {
+    bool all_free = true;
+    for (size_t i = 0; i < vk_n_devs; i++) {
+        vk_device *d = &vk_devs[i];
+        if (!d->dev)
+            continue;
+        pthread_mutex_lock(&d->streams_lock);
+        const size_t user_streams = d->n_streams - (d->xfer ? 1 : 0);
+        pthread_mutex_unlock(&d->streams_lock);
+        if (user_streams > 0 || atomic_load(&d->n_buffers) > 0) {
+            all_free = false;
+            continue;
+        }
+        tsr__vk_stream_free(d->xfer);
+        d->xfer = NULL;
+        VKF.vkDeviceWaitIdle(d->dev);
+        tsr__vk_pipelines_free(d);
+        VKF.vkDestroyDevice(d->dev, NULL);
+        d->dev = VK_NULL_HANDLE;
+    }
+    if (all_free && vk_instance) {
+        if (vk_messenger_handle)
+            VKF.vkDestroyDebugUtilsMessengerEXT(vk_instance, vk_messenger_handle, NULL);
+        VKF.vkDestroyInstance(vk_instance, NULL);
+        vk_instance = VK_NULL_HANDLE;
+    }
     const uint64_t n = atomic_load(&vk_val_errors);
     if (n > 0)
         fprintf(stderr,
@@ -221,12 +250,12 @@ static tsr_status vk_instance_create(char *why, size_t why_size)
         return TSR_EDEVICE;
     }
     tsr__vk_load_instance(vk_instance);
+    atexit(vk_atexit);
     if (n_layers) {
-        VkDebugUtilsMessengerEXT messenger;
         if (VKF.vkCreateDebugUtilsMessengerEXT &&
-            VKF.vkCreateDebugUtilsMessengerEXT(vk_instance, &dbg, NULL, &messenger) == VK_SUCCESS) {
+            VKF.vkCreateDebugUtilsMessengerEXT(vk_instance, &dbg, NULL, &vk_messenger_handle) ==
+                VK_SUCCESS) {
             vk_validation = true;
-            atexit(vk_validation_atexit);
             TSR_LOG_I("vulkan: validation layer on");
         } else {
             TSR_LOG_W("vulkan: the debug messenger could not be created; running without "

@@ -154,6 +154,7 @@ typedef struct vk_device {
     uint32_t mt_host;     /* host-visible, coherent: rings */
     bool device_mappable; /* mt_device is host-visible and coherent */
     atomic_size_t allocated;
+    atomic_int n_buffers; /* live tessera buffers (teardown at exit needs none) */
 
     /* Pipelines, created once on first use (vk_pipeline.c). */
     pthread_mutex_t pipe_lock;

@@ -198,6 +198,7 @@ static void vk_buf_free(tsr_buf *buf)
     tsr__vk_buffer_views_free(b);
     tsr__vk_mem_free(b->d, &b->m);
     munmap(b->base, b->reserved);
+    atomic_fetch_sub(&b->d->n_buffers, 1);
     free(b);
     free(buf);
 }
@@ -338,6 +339,7 @@ static tsr_status vk_buft_alloc(tsr_buft *buft, size_t size, tsr_buf **out)
     }
     buf->iface = &vk_buf_iface;
     buf->context = b;
+    atomic_fetch_add(&d->n_buffers, 1);
     *out = buf;
     return TSR_OK;
 }

@@ -90,6 +90,19 @@ void tsr__vk_pipelines_free(vk_device *d)
         if (d->pipes[i])
             VKF.vkDestroyPipeline(d->dev, d->pipes[i], NULL);
     memset(d->pipes, 0, sizeof(d->pipes));
+    for (size_t i = 0; i < d->n_pools; i++)
+        VKF.vkDestroyDescriptorPool(d->dev, d->pools[i], NULL);
+    free(d->pools);
+    d->pools = NULL;
+    d->n_pools = 0;
+    if (d->layout)
+        VKF.vkDestroyPipelineLayout(d->dev, d->layout, NULL);
+    if (d->texel_layout)
+        VKF.vkDestroyPipelineLayout(d->dev, d->texel_layout, NULL);
+    if (d->texel_dsl)
+        VKF.vkDestroyDescriptorSetLayout(d->dev, d->texel_dsl, NULL);
+    d->layout = d->texel_layout = VK_NULL_HANDLE;
+    d->texel_dsl = VK_NULL_HANDLE;
 }
 
 /* ---- texel views ----------------------------------------------------------------------- */
