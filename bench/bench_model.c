@@ -116,6 +116,10 @@ typedef struct {
     int n;
 } config;
 
+/* Set while the CPU + Vulkan configurations run: devices cpu0 + vulkan0
+ * instead of cpu0..cpu(n-1). */
+static bool with_vulkan;
+
 static const char *mode_name(tsr_split_mode m)
 {
     return m == TSR_SPLIT_TENSOR ? "tensor" : m == TSR_SPLIT_LAYER ? "layer" : "none";
@@ -134,7 +138,8 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
     cfg.n_threads =
         cf->mode == TSR_SPLIT_TENSOR ? (b->cores / cf->n > 0 ? b->cores / cf->n : 1) : b->cores;
     for (int j = 0; j < cf->n; j++)
-        cfg.devices[j] = tsr_reg_dev_get(tsr_cpu_reg(), (size_t)j);
+        cfg.devices[j] = with_vulkan && j == 1 ? tsr_reg_dev_get(tsr_reg_by_name("vulkan"), 0)
+                                               : tsr_reg_dev_get(tsr_cpu_reg(), (size_t)j);
     tsr_model *m = NULL;
     const double t_load = bu_now();
     tsr_status st = tsr_model_load(path, &cfg, &m);
@@ -173,7 +178,8 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
     const double prefill = b->prompt / prefill_s;
     const double pf_gflops = prefill_flops(hp, b->prompt) / prefill_s * 1e-9;
     char label[48];
-    snprintf(label, sizeof(label), "%s %s x%d", tsr_type_name(wtype), mode_name(cf->mode), cf->n);
+    snprintf(label, sizeof(label), with_vulkan ? "%s %s cpu+vk" : "%s %s x%d", tsr_type_name(wtype),
+             mode_name(cf->mode), cf->n);
     const double vs_single = single_decode > 0 ? decode / single_decode : 1.0;
     const char *target = "";
     if (wtype == TSR_TYPE_F16 && cf->mode == TSR_SPLIT_NONE)
@@ -198,12 +204,13 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
         "{\"bench\":\"model\",\"preset\":\"%s\",\"wtype\":\"%s\",\"mode\":\"%s\",\"devices\":%d,"
         "\"threads\":%d,\"prompt\":%d,\"gen\":%d,\"decode_tok_s\":%.4f,\"read_gbs\":%.3f,"
         "\"decode_read_bytes\":%zu,\"decode_bound_tok_s\":%.4f,\"decode_vs_bound\":%.4f,"
-        "\"decode_vs_single\":%.4f,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.2f,"
+        "\"vulkan\":%s,\"decode_vs_single\":%.4f,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.2f,"
         "\"gemm_gflops\":%.2f,\"prefill_vs_gemm\":%.4f,\"allreduce_per_token\":%d,\"path\":\"%s\"}"
         "\n",
         b->preset, tsr_type_name(wtype), mode_name(cf->mode), cf->n, cfg.n_threads, b->prompt,
-        b->gen, decode, bw, s.decode_read_bytes, bound, decode / bound, vs_single, prefill,
-        pf_gflops, gemm, pf_gflops / gemm, s.allreduce_per_token,
+        b->gen, decode, bw, s.decode_read_bytes, bound, decode / bound,
+        with_vulkan ? "true" : "false", vs_single, prefill, pf_gflops, gemm, pf_gflops / gemm,
+        s.allreduce_per_token,
         cf->mode == TSR_SPLIT_TENSOR ? tsr_allreduce_path_name(s.path) : "none");
     fprintf(b->dat, "\"%s\" %.4f %.4f\n", label, decode, bound);
     free(prompt);
@@ -244,6 +251,17 @@ static void run_type(bench *b, tsr_type wtype, const bu_mem *mem)
         const double d = run_config(b, path, wtype, &cfgs[i], gemm, mem, single);
         if (cfgs[i].mode == TSR_SPLIT_NONE)
             single = d;
+    }
+    /* The CPU + Vulkan mix: tensor and layer split over cpu0 and vulkan0. */
+    tsr_reg *vk = tsr_reg_by_name("vulkan");
+    if (vk && tsr_reg_dev_count(vk) > 0) {
+        with_vulkan = true;
+        for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
+            if (cfgs[i].n == 2)
+                run_config(b, path, wtype, &cfgs[i], gemm, mem, single);
+        with_vulkan = false;
+    } else {
+        printf("cpu+vk rows skipped: no Vulkan device\n");
     }
     unlink(path);
 }
