@@ -1,8 +1,11 @@
 # scripts/common.sh — shared by main.sh and test.sh: the package list and the
 # configure-and-build step. Sourced, not run.
 
-# Build and test dependencies (see the README's dependency table).
-TSR_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev libcriterion-dev)
+# Build and test dependencies (see the README's dependency table). The Vulkan
+# ones build the Vulkan backend and run its tests on lavapipe (a CPU Vulkan
+# device) under the Khronos validation layer.
+TSR_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev libcriterion-dev
+              libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 
 tsr_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 

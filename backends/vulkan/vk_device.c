@@ -571,6 +571,10 @@ static void vk_device_init_once(vk_device *d)
         return;
     }
     d->device_mappable = (mp.memoryTypes[d->mt_device].propertyFlags & hv) == hv;
+    /* TSR_VULKAN_NO_MAP=1: treat tensor memory as not host-visible, so that
+     * the staged transfers of discrete GPUs run (and are tested) here too. */
+    if (tsr__env_long("TSR_VULKAN_NO_MAP", 0) != 0)
+        d->device_mappable = false;
     d->init_status = tsr__vk_validation_check();
     if (d->init_status != TSR_OK)
         snprintf(d->init_error, sizeof(d->init_error), "%s", tsr_last_error());

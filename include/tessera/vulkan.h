@@ -12,6 +12,11 @@
  *                             the loader's order); "none" exposes none.
  *   TSR_VULKAN_LOADER=path    open this Vulkan loader instead of
  *                             libvulkan.so.1 (a missing path: no devices).
+ *   TSR_VULKAN_NO_MAP=1       never map tensor memory, even where the host
+ *                             could: transfers are staged as on a discrete
+ *                             GPU (tests this path on lavapipe).
+ *   TSR_VULKAN_MM=tiled       matrix products use the shared-memory tiled
+ *                             GEMM on CPU-like devices too (testing).
  *   TSR_VULKAN_VALIDATION=1   enable VK_LAYER_KHRONOS_validation; each error
  *                             it reports is counted, logged, and makes the
  *                             next tessera call on a Vulkan object return
