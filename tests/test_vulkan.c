@@ -197,6 +197,22 @@ Test(vulkan, allocations_above_the_device_limit_are_refused_naming_it)
     cr_expect(strstr(tsr_last_error(), "largest allocation") != NULL, "%s", tsr_last_error());
 }
 
+Test(vulkan, hundreds_of_live_buffers_and_their_texel_views)
+{
+    tsr_dev *d = vk_dev();
+    enum { N = 300 }; /* more than one descriptor pool's worth of texel views */
+    static tsr_buf *bufs[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(tsr_buft_alloc(tsr_dev_buft(d), 4096, &bufs[i]), TSR_OK, "buffer %d: %s", i,
+                     tsr_last_error());
+    for (int i = 0; i < N; i += 2)
+        tsr_buf_free(bufs[i]);
+    for (int i = 0; i < N; i += 2)
+        cr_assert_eq(tsr_buft_alloc(tsr_dev_buft(d), 8192, &bufs[i]), TSR_OK);
+    for (int i = 0; i < N; i++)
+        tsr_buf_free(bufs[i]);
+}
+
 /* ---- streams ------------------------------------------------------------------------------ */
 
 Test(vulkan, graph_compute_async_returns_before_the_work_runs)

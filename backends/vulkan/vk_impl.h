@@ -162,6 +162,7 @@ typedef struct vk_device {
     VkDescriptorSetLayout texel_dsl; /* one uniform texel buffer */
     VkPipelineLayout texel_layout;   /* two texel sets + push constants */
     VkDescriptorPool *pools;
+    uint32_t *pool_used; /* sets taken from each pool */
     size_t n_pools;
     VkPipeline pipes[VK_SH_COUNT];
 
@@ -213,9 +214,10 @@ typedef struct vk_buffer {
     vk_mem m;
     char *base;
     size_t reserved;
-    VkBufferView views[2];   /* RGBA32F, RGBA16F; VK_NULL_HANDLE when absent */
-    VkDescriptorSet sets[2]; /* each holding one view */
-    size_t view_texels[2];   /* texels each view covers */
+    VkBufferView views[2];         /* RGBA32F, RGBA16F; VK_NULL_HANDLE when absent */
+    VkDescriptorSet sets[2];       /* each holding one view */
+    size_t view_texels[2];         /* texels each view covers */
+    VkDescriptorPool set_pools[2]; /* the pool each set came from */
 } vk_buffer;
 
 /* host: host-visible coherent memory (rings); else the device type. */

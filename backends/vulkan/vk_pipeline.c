@@ -93,7 +93,9 @@ void tsr__vk_pipelines_free(vk_device *d)
     for (size_t i = 0; i < d->n_pools; i++)
         VKF.vkDestroyDescriptorPool(d->dev, d->pools[i], NULL);
     free(d->pools);
+    free(d->pool_used);
     d->pools = NULL;
+    d->pool_used = NULL;
     d->n_pools = 0;
     if (d->layout)
         VKF.vkDestroyPipelineLayout(d->dev, d->layout, NULL);
@@ -107,39 +109,44 @@ void tsr__vk_pipelines_free(vk_device *d)
 
 /* ---- texel views ----------------------------------------------------------------------- */
 
-/* A descriptor set of the texel layout from the device's pools (a new pool
- * when they are full). Called with pipe_lock held. */
-static VkDescriptorSet vk_texel_set_locked(vk_device *d)
+/* A descriptor set of the texel layout from a pool with room left (a new
+ * pool when all are full); *pool says which. Counting the sets keeps every
+ * allocation within the pool's size. Called with pipe_lock held. */
+static VkDescriptorSet vk_texel_set_locked(vk_device *d, VkDescriptorPool *pool)
 {
-    VkDescriptorSet set = VK_NULL_HANDLE;
-    for (size_t i = d->n_pools; i-- > 0;) {
-        const VkDescriptorSetAllocateInfo ai = {.sType =
-                                                    VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                                .descriptorPool = d->pools[i],
-                                                .descriptorSetCount = 1,
-                                                .pSetLayouts = &d->texel_dsl};
-        if (VKF.vkAllocateDescriptorSets(d->dev, &ai, &set) == VK_SUCCESS)
-            return set;
+    size_t i = 0;
+    while (i < d->n_pools && d->pool_used[i] >= VK_POOL_SETS)
+        i++;
+    if (i == d->n_pools) {
+        VkDescriptorPool *pools = realloc(d->pools, (d->n_pools + 1) * sizeof(*pools));
+        if (pools)
+            d->pools = pools;
+        uint32_t *used = realloc(d->pool_used, (d->n_pools + 1) * sizeof(*used));
+        if (used)
+            d->pool_used = used;
+        if (!pools || !used)
+            return VK_NULL_HANDLE;
+        const VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, VK_POOL_SETS};
+        const VkDescriptorPoolCreateInfo pi = {
+            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+            .flags = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
+            .maxSets = VK_POOL_SETS,
+            .poolSizeCount = 1,
+            .pPoolSizes = &size};
+        if (VKF.vkCreateDescriptorPool(d->dev, &pi, NULL, &d->pools[i]) != VK_SUCCESS)
+            return VK_NULL_HANDLE;
+        d->pool_used[i] = 0;
+        d->n_pools++;
     }
-    VkDescriptorPool *pools = realloc(d->pools, (d->n_pools + 1) * sizeof(*pools));
-    if (!pools)
-        return VK_NULL_HANDLE;
-    d->pools = pools;
-    const VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, VK_POOL_SETS};
-    const VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                           .flags =
-                                               VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
-                                           .maxSets = VK_POOL_SETS,
-                                           .poolSizeCount = 1,
-                                           .pPoolSizes = &size};
-    if (VKF.vkCreateDescriptorPool(d->dev, &pi, NULL, &d->pools[d->n_pools]) != VK_SUCCESS)
-        return VK_NULL_HANDLE;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                            .descriptorPool = d->pools[d->n_pools++],
+                                            .descriptorPool = d->pools[i],
                                             .descriptorSetCount = 1,
                                             .pSetLayouts = &d->texel_dsl};
+    VkDescriptorSet set = VK_NULL_HANDLE;
     if (VKF.vkAllocateDescriptorSets(d->dev, &ai, &set) != VK_SUCCESS)
         return VK_NULL_HANDLE;
+    d->pool_used[i]++;
+    *pool = d->pools[i];
     return set;
 }
 
@@ -171,7 +178,7 @@ void tsr__vk_buffer_views_init(vk_buffer *b)
             b->views[i] = VK_NULL_HANDLE;
             continue;
         }
-        b->sets[i] = vk_texel_set_locked(d);
+        b->sets[i] = vk_texel_set_locked(d, &b->set_pools[i]);
         if (!b->sets[i]) {
             VKF.vkDestroyBufferView(d->dev, b->views[i], NULL);
             b->views[i] = VK_NULL_HANDLE;
@@ -195,10 +202,10 @@ void tsr__vk_buffer_views_free(vk_buffer *b)
     pthread_mutex_lock(&d->pipe_lock);
     for (int i = 0; i < 2; i++) {
         if (b->sets[i]) {
-            /* The set came from one of the pools; free it from the right one. */
+            VKF.vkFreeDescriptorSets(d->dev, b->set_pools[i], 1, &b->sets[i]);
             for (size_t p = 0; p < d->n_pools; p++)
-                if (VKF.vkFreeDescriptorSets(d->dev, d->pools[p], 1, &b->sets[i]) == VK_SUCCESS)
-                    break;
+                if (d->pools[p] == b->set_pools[i])
+                    d->pool_used[p]--;
         }
         if (b->views[i])
             VKF.vkDestroyBufferView(d->dev, b->views[i], NULL);

@@ -1,6 +1,6 @@
 /* backends/vulkan/vk_stream.c — Vulkan streams: command batches on the
  * device's queue, a timeline semaphore per stream, the staging ring of
- * asynchronous transfers, events, and waits on other streams or backends.
+ * asynchronous transfers, and waits on other streams or backends.
  *
  * Not the kernels (vk_ops*.c), pipelines (vk_pipeline.c) nor the backend
  * entries built on this (vk_backend.c).
