@@ -7,6 +7,10 @@
 TSR_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-dev libcriterion-dev
               libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers)
 
+# RPC (remote devices): NNG is the transport, mbedTLS gives the HMAC-SHA256 of
+# the token handshake (NNG's TLS uses it too).
+TSR_PACKAGES+=(libnng-dev libmbedtls-dev)
+
 tsr_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # tsr_build DIR [cmake options...] [--target T]: configures and builds DIR
