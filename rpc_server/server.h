@@ -47,6 +47,7 @@ typedef struct srv_buf {
     int dev;
     uint64_t size;   /* what the client asked for; every access is checked against it */
     uint64_t vbase;  /* the address the client may show (never a server pointer) */
+    uint8_t *host;   /* the memory, when the host can address it; else NULL */
     tsr_tensor span; /* an I32 tensor over the whole allocation, for non-host copies */
 } srv_buf;
 

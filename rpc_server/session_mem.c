@@ -19,10 +19,7 @@
 #define PACK (1u << 20)        /* rows smaller than this are packed into staging to send */
 #define DIRECT_ROW (64u << 10) /* rows at least this big are sent from memory one by one */
 
-static uint8_t *host_ptr(const srv_buf *b, uint64_t off)
-{
-    return tsr_buf_is_host(b->buf) ? (uint8_t *)tsr_buf_base(b->buf) + off : NULL;
-}
+static uint8_t *host_ptr(const srv_buf *b, uint64_t off) { return b->host ? b->host + off : NULL; }
 
 static void quiesce_for(srv_session *s, srv_stream *a, srv_stream *b)
 {

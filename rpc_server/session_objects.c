@@ -194,6 +194,7 @@ static tsr_status buf_alloc(srv_session *s, srv_req *q)
     b->span.nb[0] = 4;
     b->span.nb[1] = b->span.nb[2] = b->span.nb[3] = rounded;
     st = tsr_buf_place_tensor(b->buf, &b->span, 0);
+    b->host = tsr_buf_is_host(b->buf) ? (uint8_t *)tsr_buf_base(b->buf) : NULL;
     const uint64_t h = st == TSR_OK ? tsr__srv_handle_new(&s->h, RPC_H_BUFFER, b) : 0;
     if (h == 0) {
         tsr_buf_free(b->buf);

@@ -2,7 +2,7 @@
 # scripts/bench.sh — every benchmark: installs what is missing, builds
 # tessera (Release) and runs the op, all-reduce, meta-device and model
 # benchmarks, writing bench/results/ops.{jsonl,md,png},
-# comm.{jsonl,md,png}, meta.{jsonl,md} and model.{jsonl,md,png}. Extra
+# comm.{jsonl,md,png}, meta.{jsonl,md}, model.{jsonl,md,png} and rpc.{jsonl,md,png}. Extra
 # arguments go to bench_ops (e.g. --threads 1, --quick); --quick also makes
 # the others short runs. OpenMPI is installed for bench_comm's MPI_Allreduce
 # baseline (the benchmark runs without it too). About 6 minutes on 2 cores.
@@ -27,3 +27,9 @@ gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_comm.gp" &&
 "$tsr_root/build/bench/bench_model" --out "$tsr_root/bench/results" "${comm_args[@]}"
 gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_model.gp" &&
     echo "plot: $tsr_root/bench/results/model.png"
+# Remote devices against raw NNG streams (starts its own tessera-rpc-server).
+if [ -x "$tsr_root/build/bench/bench_rpc" ]; then
+    "$tsr_root/build/bench/bench_rpc" --out "$tsr_root/bench/results" "${comm_args[@]}"
+    gnuplot -e "dir='$tsr_root/bench/results'" "$tsr_root/bench/plot_rpc.gp" &&
+        echo "plot: $tsr_root/bench/results/rpc.png"
+fi

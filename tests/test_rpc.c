@@ -267,6 +267,40 @@ Test(rpc, thousands_of_pipelined_writes_and_graphs_apply_in_order, .timeout = 12
     remote_stop(&r);
 }
 
+/* Graph work that the caller follows with nothing must still start: the
+ * client sends it within its flush deadline on its own. */
+Test(rpc, enqueued_work_starts_without_a_later_call, .timeout = 120)
+{
+    remote r = remote_start(NULL, NULL);
+    ffn f = ffn_new(r.dev, 512, 512, 64);
+    tsr_backend *be;
+    cr_assert_eq(tsr_backend_new(r.dev, &be), TSR_OK);
+    float *y = malloc(tsr_nbytes(f.y));
+    ffn_run(&f, be, 1, y);
+    uint64_t t0 = tsr__time_ns();
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(tsr_backend_graph_compute_async(be, f.g), TSR_OK);
+    cr_assert_eq(tsr_backend_synchronize(be), TSR_OK);
+    const double one = (double)(tsr__time_ns() - t0) * 1e-9 / 5;
+    /* About 0.3 s of work, then a long wait without any call. */
+    const int n = (int)(0.3 / one) + 1;
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(tsr_backend_graph_compute_async(be, f.g), TSR_OK);
+    const double idle = 3.0 * n * one + 0.5;
+    const struct timespec ts = {(time_t)idle, (long)((idle - (double)(time_t)idle) * 1e9)};
+    nanosleep(&ts, NULL);
+    t0 = tsr__time_ns();
+    cr_assert_eq(tsr_backend_synchronize(be), TSR_OK);
+    const double left = (double)(tsr__time_ns() - t0) * 1e-9;
+    cr_expect_lt(left, 0.5 * n * one,
+                 "%d graphs of %.1f ms each were still running %.2f s later (%.3f s left)", n,
+                 one * 1e3, idle, left);
+    free(y);
+    tsr_backend_free(be);
+    ffn_free(&f);
+    remote_stop(&r);
+}
+
 Test(rpc, run_time_errors_come_back_at_synchronize_naming_the_node_and_device, .timeout = 60)
 {
     remote r = remote_start(NULL, NULL);

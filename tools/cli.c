@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/rpc.h"
+
 bool cli_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
     char *end = NULL;
@@ -99,6 +101,35 @@ void cli_prepare_cpu_devices(const char *list)
         snprintf(v, sizeof(v), "%ld", need);
         setenv("TSR_CPU_DEVICES", v, 0);
     }
+}
+
+bool cli_add_rpc(const char *cmd, const char *list)
+{
+    tsr_rpc_add_server_fn add =
+        (tsr_rpc_add_server_fn)tsr_reg_get_proc(tsr_reg_by_name("rpc"), "tsr_rpc_add_server");
+    if (!add) {
+        fprintf(stderr, "tessera %s: --rpc %s: this build has no RPC support (TSR_RPC=OFF)\n", cmd,
+                list);
+        return false;
+    }
+    for (const char *p = list; *p;) {
+        const char *q = strchr(p, ',');
+        const size_t len = q ? (size_t)(q - p) : strlen(p);
+        char ep[512];
+        if (len == 0 || len >= sizeof(ep)) {
+            fprintf(stderr, "tessera %s: --rpc: bad endpoint list '%s'\n", cmd, list);
+            return false;
+        }
+        memcpy(ep, p, len);
+        ep[len] = '\0';
+        size_t first = 0, n = 0;
+        if (add(ep, NULL, &first, &n) != TSR_OK) {
+            fprintf(stderr, "tessera %s: --rpc %s: %s\n", cmd, ep, tsr_last_error());
+            return false;
+        }
+        p = q ? q + 1 : p + len;
+    }
+    return true;
 }
 
 const char *cli_dev_name(tsr_dev *dev, char *buf, size_t size)

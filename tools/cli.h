@@ -30,6 +30,13 @@ void cli_prepare_cpu_devices(const char *list);
 bool cli_parse_devices(const char *list, tsr_dev **out, int max, int *n);
 /* The default mix: every GPU when there is one, else every CPU device. */
 int cli_default_devices(tsr_dev **out, int max);
+/* Connects to tessera RPC servers (a comma-separated list of host:port,
+ * tcp://, ipc:// or tls+tcp:// endpoints); their devices join the "rpc"
+ * registry as rpc:0, rpc:1, ... Token and TLS settings come from the
+ * environment (TSR_RPC_TOKEN_FILE, TSR_RPC_TLS_CA; see tessera/rpc.h). Call it
+ * after cli_prepare_cpu_devices. False with a message naming the endpoint,
+ * or saying that this build has no RPC. */
+bool cli_add_rpc(const char *cmd, const char *list);
 /* "registry:index" of a device. */
 const char *cli_dev_name(tsr_dev *dev, char *buf, size_t size);
 

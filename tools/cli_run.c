@@ -19,7 +19,7 @@
 int cli_run(int argc, char **argv);
 
 typedef struct run_opts {
-    const char *model, *preset, *devices, *dump;
+    const char *model, *preset, *devices, *dump, *rpc;
     tsr_split_mode mode;
     bool mode_set;
     float ratios[CLI_MAX_DEVICES];
@@ -49,6 +49,8 @@ static void run_usage(FILE *f)
         "  --seed S              seed of the generated weights, prompt and sampling (default 1)\n"
         "devices:\n"
         "  --devices LIST        e.g. cpu:0,cpu:1 (default: every GPU, else every CPU device)\n"
+        "  --rpc ENDPOINT[,...]  add the devices of tessera RPC servers, named rpc:0, rpc:1, ...\n"
+        "                        in --devices (host:port, tcp://, ipc://, tls+tcp://)\n"
         "  --split-mode MODE     none | layer | tensor (default: tensor for several devices)\n"
         "  --tensor-split R      device shares, e.g. 3,1 (default: even)\n"
         "  --threads N           CPU threads per CPU device (default: its share of the cores)\n"
@@ -112,13 +114,15 @@ static int parse(int argc, char **argv, run_opts *o)
         O_DUMP,
         O_JSON,
         O_QUIET,
-        O_HELP
+        O_HELP,
+        O_RPC
     };
     static const struct option longopts[] = {{"model", required_argument, 0, O_MODEL},
                                              {"preset", required_argument, 0, O_PRESET},
                                              {"wtype", required_argument, 0, O_WTYPE},
                                              {"seed", required_argument, 0, O_SEED},
                                              {"devices", required_argument, 0, O_DEVICES},
+                                             {"rpc", required_argument, 0, O_RPC},
                                              {"split-mode", required_argument, 0, O_MODE},
                                              {"tensor-split", required_argument, 0, O_SPLIT},
                                              {"threads", required_argument, 0, O_THREADS},
@@ -159,6 +163,9 @@ static int parse(int argc, char **argv, run_opts *o)
             break;
         case O_DEVICES:
             o->devices = optarg;
+            break;
+        case O_RPC:
+            o->rpc = optarg;
             break;
         case O_MODE:
             o->mode_set = true;
@@ -461,6 +468,10 @@ int cli_run(int argc, char **argv)
     }
     o.sp.seed = o.seed;
     cli_prepare_cpu_devices(o.devices);
+    if (o.rpc && !cli_add_rpc("run", o.rpc)) {
+        free(o.prompt);
+        return 1;
+    }
     tsr_model_config cfg;
     tsr_model_config_default(&cfg);
     if (o.devices ? !cli_parse_devices(o.devices, cfg.devices, CLI_MAX_DEVICES, &cfg.n_devices)

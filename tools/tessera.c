@@ -32,13 +32,14 @@ static void usage(FILE *f)
 
 static void devices_usage(FILE *f)
 {
-    fprintf(f, "usage: tessera devices [--json] [--rpc ENDPOINT]...\n"
+    fprintf(f, "usage: tessera devices [--json] [--rpc ENDPOINT[,...]]...\n"
                "\n"
                "Lists every device: the name --devices takes (cpu:0, vulkan:0, ...), its type,\n"
                "free and total memory, capabilities and description.\n"
                "\n"
                "  --json           one JSON array\n"
-               "  --rpc ENDPOINT   also list the devices of a tessera RPC server\n");
+               "  --rpc ENDPOINT   also list the devices of tessera RPC servers (host:port,\n"
+               "                   tcp://, ipc://, tls+tcp://; comma-separated; they are rpc:N)\n");
 }
 
 static int cmd_devices(int argc, char **argv)
@@ -56,9 +57,9 @@ static int cmd_devices(int argc, char **argv)
             json = true;
             break;
         case 'r':
-            fprintf(stderr, "tessera devices: --rpc %s: this build has no RPC support yet\n",
-                    optarg);
-            return 1;
+            if (!cli_add_rpc("devices", optarg))
+                return 1;
+            break;
         case 'h':
             devices_usage(stdout);
             return 0;

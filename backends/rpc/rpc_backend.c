@@ -200,10 +200,10 @@ static tsr_status get_rows(const rpc_buf_ctx *b, uint64_t stream, uint64_t off, 
         snprintf(c->io->err, sizeof(c->io->err), "%llu bytes for %zu requested",
                  (unsigned long long)len, row * n_rows);
         c->dead = TSR_EDEVICE;
-        snprintf(c->dead_msg, sizeof(c->dead_msg), "%.150s: %s replied %.100s", who,
-                 tsr__rpc_cmd_name(cmd), c->io->err);
+        snprintf(c->dead_msg, sizeof(c->dead_msg), "%s replied %.200s", tsr__rpc_cmd_name(cmd),
+                 c->io->err);
         c->io->shutdown(c->io);
-        st = tsr__error(TSR_EPROTO, "%s", c->dead_msg);
+        st = tsr__error(TSR_EPROTO, "%s: %s", who, c->dead_msg);
     }
     if (st == TSR_OK) {
         if (!two_d || d_stride == row)

@@ -30,19 +30,22 @@ static tsr_status die(rpc_conn *c, tsr_status io_st, const char *who, const char
 {
     const tsr_status st = io_st == TSR_ETIMEDOUT ? TSR_ETIMEDOUT : TSR_EDEVICE;
     const char *name = cmd ? tsr__rpc_cmd_name(cmd) : "a command";
+    char reason[sizeof(c->dead_msg)];
     if (io_st == TSR_ETIMEDOUT)
-        tsr__error(st, "%s: %s %s: no progress within %d ms (%s); the connection is closed", who,
-                   what, name, tsr__rpc_timeout(c), c->io->err);
+        snprintf(reason, sizeof(reason),
+                 "%s %s: no progress within %d ms (%s); the connection is closed", what, name,
+                 tsr__rpc_timeout(c), c->io->err);
     else if (io_st == TSR_EPROTO)
-        tsr__error(st, "%s: %s %s: %s; the connection is closed", who, what, name, c->io->err);
+        snprintf(reason, sizeof(reason), "%s %s: %s; the connection is closed", what, name,
+                 c->io->err);
     else
-        tsr__error(st, "%s: connection lost %s %s (%s)", who, what, name, c->io->err);
+        snprintf(reason, sizeof(reason), "connection lost %s %s (%s)", what, name, c->io->err);
     if (c->dead == TSR_OK) {
         c->dead = TSR_EDEVICE;
-        snprintf(c->dead_msg, sizeof(c->dead_msg), "%s", tsr_last_error());
+        snprintf(c->dead_msg, sizeof(c->dead_msg), "%s", reason);
         c->io->shutdown(c->io);
     }
-    return st;
+    return tsr__error(st, "%s: %s", who, reason);
 }
 
 tsr_status tsr__rpc_alive(rpc_conn *c, const char *who)
@@ -79,14 +82,15 @@ tsr_status tsr__rpc_send(rpc_conn *c, const char *who, uint16_t cmd, bool want_r
     if (id)
         *id = h.id;
     if (RPC_HDR_SIZE + flen + dlen <= SMALL_FRAME) {
-        if (!tsr__rpc_wr_reserve(&c->batch, RPC_HDR_SIZE + flen + dlen)) {
+        const size_t need = RPC_HDR_SIZE + flen + dlen;
+        if (c->batch.cap - c->batch.len < need && !tsr__rpc_wr_reserve(&c->batch, need)) {
             c->batch.bad = false;
             c->batch.len = 0;
             snprintf(c->io->err, sizeof(c->io->err), "out of memory");
             return die(c, TSR_EIO, who, "batching", cmd);
         }
         uint8_t *p = c->batch.p + c->batch.len;
-        tsr__rpc_hdr_encode(&h, p);
+        rpc_hdr_put(&h, p);
         if (flen)
             memcpy(p + RPC_HDR_SIZE, fields, flen);
         if (dlen)

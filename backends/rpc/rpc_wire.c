@@ -35,21 +35,7 @@ bool tsr__rpc_wr_reserve(rpc_wr *w, size_t n)
     return true;
 }
 
-void tsr__rpc_hdr_encode(const rpc_hdr *h, uint8_t out[RPC_HDR_SIZE])
-{
-    /* Direct little-endian stores: this runs once per frame on hot paths. */
-    const uint32_t magic = rpc_le32(h->magic), flags = rpc_le32(h->flags);
-    const uint16_t version = rpc_le16(h->version), cmd = rpc_le16(h->cmd);
-    const uint64_t id = rpc_le64(h->id), length = rpc_le64(h->length);
-    const uint32_t status = rpc_le32((uint32_t)h->status);
-    memcpy(out + 0, &magic, 4);
-    memcpy(out + 4, &version, 2);
-    memcpy(out + 6, &cmd, 2);
-    memcpy(out + 8, &id, 8);
-    memcpy(out + 16, &flags, 4);
-    memcpy(out + 20, &status, 4);
-    memcpy(out + 24, &length, 8);
-}
+void tsr__rpc_hdr_encode(const rpc_hdr *h, uint8_t out[RPC_HDR_SIZE]) { rpc_hdr_put(h, out); }
 
 void tsr__rpc_hdr_decode(const uint8_t in[RPC_HDR_SIZE], rpc_hdr *h)
 {
