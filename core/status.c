@@ -44,10 +44,13 @@ const char *tsr_last_error(void) { return last_error; }
 
 tsr_status tsr__error(tsr_status status, const char *fmt, ...)
 {
+    /* Formatted aside first: callers often pass tsr_last_error() itself. */
+    char msg[sizeof(last_error)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof(msg));
     tsr__log(TSR_LOG_DEBUG, "error %s: %s", tsr_status_name(status), last_error);
     return status;
 }

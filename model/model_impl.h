@@ -50,6 +50,9 @@ struct tsr_model {
     int pos;             /* tokens in the KV cache */
     bool have_logits;
     tsr_model_stats stats;
+    bool pending;        /* an eval is enqueued and not yet waited for */
+    uint64_t pending_t0; /* when it started */
+    int pending_n;       /* its token count */
     /* Host scratch for inputs, grown as needed. */
     int32_t *pos_buf;
     int pos_cap;
@@ -77,6 +80,8 @@ tsr_status tsr__model_alloc(tsr_model *m, int s);
 
 /* Builds stage s's graph for T tokens at position pos0 into st->g. */
 tsr_status tsr__model_build(tsr_model *m, int s, int T, int pos0);
+/* Waits for an enqueued evaluation (tsr_model_eval_async) and books its time. */
+tsr_status tsr__model_finish(tsr_model *m);
 /* Sets up stages, streams and (tensor mode) the meta device for cfg. */
 tsr_status tsr__model_setup(tsr_model *m, const tsr_model_config *cfg);
 

@@ -188,6 +188,7 @@ int tsr_model_pos(const tsr_model *m) { return m->pos; }
 
 void tsr_model_reset(tsr_model *m)
 {
+    tsr__model_finish(m);
     m->pos = 0;
     m->have_logits = false;
     m->n_history = 0;
@@ -258,7 +259,32 @@ static tsr_status remember(tsr_model *m, const int32_t *tokens, int n)
     return TSR_OK;
 }
 
-tsr_status tsr_model_eval(tsr_model *m, const int32_t *tokens, int n)
+tsr_status tsr__model_finish(tsr_model *m)
+{
+    if (!m->pending)
+        return TSR_OK;
+    m->pending = false;
+    tsr_status st = TSR_OK;
+    for (int s = 0; s < m->n_stages; s++) {
+        tsr_status ss = tsr_backend_synchronize(m->st[s].be);
+        if (st == TSR_OK && ss != TSR_OK)
+            st = tsr__error(ss, "model: stage %d on %s: %s", s, tsr_dev_name(m->st[s].dev),
+                            tsr_last_error());
+    }
+    if (st != TSR_OK)
+        return st;
+    const double dt = (double)(tsr__time_ns() - m->pending_t0) * 1e-9;
+    if (m->pending_n > 1) {
+        m->stats.prefill_s = dt;
+        m->stats.prefill_tokens = m->pending_n;
+    } else {
+        m->stats.decode_s += dt;
+        m->stats.decode_tokens++;
+    }
+    return TSR_OK;
+}
+
+tsr_status tsr_model_eval_async(tsr_model *m, const int32_t *tokens, int n)
 {
     if (!m || !tokens || n < 1)
         return tsr__error(TSR_EINVAL, "model_eval: %s", n < 1 ? "no tokens" : "NULL argument");
@@ -271,26 +297,21 @@ tsr_status tsr_model_eval(tsr_model *m, const int32_t *tokens, int n)
             return tsr__error(TSR_ERANGE,
                               "model_eval: token %d at %d is outside the vocabulary (%d)",
                               tokens[i], i, m->hp.n_vocab);
-    const uint64_t t0 = tsr__time_ns();
-    tsr_status st = make_inputs(m, n);
-    for (int s = 0; s < m->n_stages && st == TSR_OK; s++)
-        st = run_stage(m, s, tokens, n);
-    for (int s = 0; s < m->n_stages; s++) {
-        tsr_status ss = tsr_backend_synchronize(m->st[s].be);
-        if (st == TSR_OK && ss != TSR_OK)
-            st = tsr__error(ss, "model: stage %d on %s: %s", s, tsr_dev_name(m->st[s].dev),
-                            tsr_last_error());
-    }
+    tsr_status st = tsr__model_finish(m);
     if (st != TSR_OK)
         return st;
-    const double dt = (double)(tsr__time_ns() - t0) * 1e-9;
-    if (n > 1) {
-        m->stats.prefill_s = dt;
-        m->stats.prefill_tokens = n;
-    } else {
-        m->stats.decode_s += dt;
-        m->stats.decode_tokens++;
+    const uint64_t t0 = tsr__time_ns();
+    st = make_inputs(m, n);
+    for (int s = 0; s < m->n_stages && st == TSR_OK; s++)
+        st = run_stage(m, s, tokens, n);
+    if (st != TSR_OK) {
+        for (int s = 0; s < m->n_stages; s++) /* nothing is left running */
+            tsr_backend_synchronize(m->st[s].be);
+        return st;
     }
+    m->pending = true;
+    m->pending_t0 = t0;
+    m->pending_n = n;
     if (m->meta) {
         tsr_meta_stats ms;
         if (tsr_meta_stats_get(m->st[0].be, &ms) == TSR_OK) {
@@ -303,12 +324,21 @@ tsr_status tsr_model_eval(tsr_model *m, const int32_t *tokens, int n)
     return remember(m, tokens, n);
 }
 
+tsr_status tsr_model_eval(tsr_model *m, const int32_t *tokens, int n)
+{
+    tsr_status st = tsr_model_eval_async(m, tokens, n);
+    return st == TSR_OK ? tsr__model_finish(m) : st;
+}
+
 tsr_status tsr_model_logits(tsr_model *m, float *out)
 {
     if (!m || !out)
         return tsr__error(TSR_EINVAL, "model_logits: NULL argument");
     if (!m->have_logits)
         return tsr__error(TSR_EINVAL, "model_logits: nothing evaluated yet");
+    const tsr_status st = tsr__model_finish(m);
+    if (st != TSR_OK)
+        return st;
     const tsr_tensor *l = m->st[m->n_stages - 1].out;
     return tsr_tensor_get(l, out, 0, (size_t)m->hp.n_vocab * sizeof(float));
 }

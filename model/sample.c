@@ -408,6 +408,11 @@ tsr_status tsr_model_sample(tsr_model *m, const tsr_sampler_params *sp, int32_t 
     st = n_dev > 0 ? distributed_candidates(sp, s, n_dev, n_hist, &n) : TSR_EUNSUPPORTED;
     if (st == TSR_EUNSUPPORTED)
         st = gathered_candidates(m, s, &n);
+    /* The evaluation's own wait: the slices' streams are idle by now, so on
+     * remote devices this costs no further round trip. */
+    const tsr_status fs = tsr__model_finish(m);
+    if (st == TSR_OK)
+        st = fs;
     if (st != TSR_OK)
         return st;
     *token = pick(s, sp, s->cand, n, n_hist);

@@ -35,6 +35,13 @@ typedef struct srv_config {
     rpc_token token;                /* len 0: no authentication */
     int handshake_timeout_ms;       /* HELLO and AUTH must arrive within this */
     int io_timeout_ms;              /* a started frame must finish, a reply must leave */
+    /* Server-to-server work (MESH_JOIN): off unless set (the fuzz target and
+     * tests that want no outgoing connections leave it off). peer_opt is how
+     * this server dials its peers: its token, and for tls+tcp:// its CA and
+     * certificate, the same settings it demands of clients. */
+    bool peers;
+    tsr_rpc_options peer_opt;
+    int peer_timeout_ms; /* waits for a peer's data or connection (default 30 s) */
 } srv_config;
 
 /* Fills cfg->op_mask by building a small instance of every op per device. */
@@ -107,6 +114,39 @@ void tsr__srv_handle_drop(srv_handles *h, uint64_t handle);
 /* Iterates live objects of a kind: *i starts at 0; returns NULL at the end. */
 void *tsr__srv_handle_next(const srv_handles *h, uint8_t kind, uint32_t *i, uint64_t *handle);
 
+/* ---- peers (session_peer.c) ----------------------------------------------------------------
+ * A mesh joins the servers one client uses: the client names it with a
+ * random ticket and tells each server its rank and every rank's endpoint;
+ * each server dials the lower ranks and is dialed by the higher ones. Each
+ * connection between two servers is a *link*: PEER_DATA frames flow both
+ * ways, and a reader thread per link always drains its socket into a queue
+ * of messages (reused buffers), so a server that sends never waits for the
+ * other to reach its matching receive and two servers sending to each
+ * other cannot deadlock. Messages carry a tag chosen by the client (unique
+ * per mesh), so a receive takes exactly the bytes its send produced. */
+
+typedef struct srv_msg {
+    struct srv_msg *next;
+    uint64_t tag;
+    size_t len, cap;
+    uint8_t *data;
+} srv_msg;
+
+typedef struct srv_link srv_link;
+typedef struct srv_mesh srv_mesh;
+
+/* Sends n bytes as one PEER_DATA message tagged `tag` to rank `to`. */
+tsr_status tsr__srv_peer_send(srv_mesh *m, uint32_t to, uint64_t tag, const void *p, size_t n);
+/* Waits (peer_timeout_ms) for the message tagged `tag` from rank `from`;
+ * the caller gives it back with tsr__srv_peer_done. */
+tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg **out);
+void tsr__srv_peer_done(srv_mesh *m, uint32_t from, srv_msg *msg);
+/* This server's rank and the mesh size. */
+uint32_t tsr__srv_mesh_rank(const srv_mesh *m);
+uint32_t tsr__srv_mesh_size(const srv_mesh *m);
+/* Closes the links, joins their readers and frees the mesh. */
+void tsr__srv_mesh_free(srv_mesh *m);
+
 /* ---- sessions ------------------------------------------------------------------------------- */
 
 typedef struct srv_session {
@@ -130,6 +170,10 @@ typedef struct srv_session {
     tsr_status io_err;      /* a handler's read from the connection failed */
     srv_stream *cur_stream; /* the stream the current command names (for deferred errors) */
     uint64_t frames;
+    srv_mesh *mesh;   /* the client's servers, after MESH_JOIN */
+    bool handed_over; /* PEER_ATTACH gave this connection to a mesh: do not close io */
+    float *acc;       /* ALLREDUCE accumulator, grown once and reused */
+    size_t acc_cap;   /* in floats */
 } srv_session;
 
 /* A session over io (the session does not own io). False when out of memory. */
@@ -162,6 +206,11 @@ tsr_status tsr__srv_stream_cmd(srv_session *s, srv_req *q); /* STREAM_*, SYNCHRO
 tsr_status tsr__srv_event_cmd(srv_session *s, srv_req *q);  /* EVENT_* */
 /* Releases every object of the session (streams first). */
 void tsr__srv_objects_free(srv_session *s);
+
+tsr_status tsr__srv_mesh_join(srv_session *s, srv_req *q);   /* MESH_JOIN */
+tsr_status tsr__srv_peer_attach(srv_session *s, srv_req *q); /* PEER_ATTACH */
+tsr_status tsr__srv_peer_copy(srv_session *s, srv_req *q);   /* PEER_SEND, PEER_RECV */
+tsr_status tsr__srv_allreduce(srv_session *s, srv_req *q);   /* ALLREDUCE */
 
 tsr_status tsr__srv_graph_compute(srv_session *s, srv_req *q);
 tsr_status tsr__srv_graph_recompute(srv_session *s, srv_req *q);

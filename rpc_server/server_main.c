@@ -60,7 +60,14 @@ static void usage(FILE *f)
                "                      (HMAC-SHA256 challenge/response; the token never travels)\n"
                "  --tls-cert PATH     server certificate (PEM) for tls+tcp://\n"
                "  --tls-key PATH      its private key (PEM)\n"
-               "  --tls-ca PATH       require client certificates signed by this CA (PEM)\n");
+               "  --tls-ca PATH       require client certificates signed by this CA (PEM)\n"
+               "  --no-peers          never connect to other servers (a client's copies between\n"
+               "                      servers and its all-reduces then go through the client)\n"
+               "\n"
+               "Servers that one client uses connect to each other directly when the client asks\n"
+               "(server-to-server copies and all-reduce), at the endpoints the client uses, with\n"
+               "this server's --token-file and, for tls+tcp://, --tls-ca (to verify the peer) and\n"
+               "--tls-cert/--tls-key (as its client certificate).\n");
 }
 
 static bool parse_size(const char *s, uint64_t *out)
@@ -170,12 +177,23 @@ static void *conn_main(void *arg)
         TSR_LOG_E("rpc server: client %d: out of memory", c->id);
     } else {
         const tsr_status st = tsr__srv_session_run(&s);
-        TSR_LOG_I("rpc server: client %d: session ended after %llu frames (%s%s%s)", c->id,
-                  (unsigned long long)s.frames, tsr_status_name(st), st == TSR_ECLOSED ? "" : ": ",
-                  st == TSR_ECLOSED ? "" : tsr_last_error());
+        if (s.handed_over)
+            TSR_LOG_I("rpc server: client %d is a peer server's link now", c->id);
+        else
+            TSR_LOG_I("rpc server: client %d: session ended after %llu frames (%s%s%s)", c->id,
+                      (unsigned long long)s.frames, tsr_status_name(st),
+                      st == TSR_ECLOSED ? "" : ": ", st == TSR_ECLOSED ? "" : tsr_last_error());
+        /* A link's connection belongs to its mesh from now on. */
+        pthread_mutex_lock(&g_lock);
+        if (s.handed_over)
+            c->io = NULL;
+        pthread_mutex_unlock(&g_lock);
         tsr__srv_session_free(&s);
     }
-    c->io->shutdown(c->io);
+    pthread_mutex_lock(&g_lock);
+    if (c->io)
+        c->io->shutdown(c->io);
+    pthread_mutex_unlock(&g_lock);
     c->done = 1;
     return NULL;
 }
@@ -184,11 +202,14 @@ static void reap(conn **list, bool all)
 {
     for (conn **p = list; *p;) {
         conn *c = *p;
-        if (all)
+        pthread_mutex_lock(&g_lock);
+        if (all && c->io)
             c->io->shutdown(c->io);
+        pthread_mutex_unlock(&g_lock);
         if (all || c->done) {
             pthread_join(c->thread, NULL);
-            c->io->free(c->io);
+            if (c->io)
+                c->io->free(c->io);
             *p = c->next;
             free(c);
         } else {
@@ -305,9 +326,10 @@ int main(int argc, char **argv)
                                              {"tls-cert", required_argument, 0, 'c'},
                                              {"tls-key", required_argument, 0, 'y'},
                                              {"tls-ca", required_argument, 0, 'a'},
+                                             {"no-peers", no_argument, 0, 'P'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
-    static srv_config cfg = {.handshake_timeout_ms = 10000, .io_timeout_ms = 60000};
+    static srv_config cfg = {.handshake_timeout_ms = 10000, .io_timeout_ms = 60000, .peers = true};
     const char *url = "tcp://127.0.0.1:50052", *token_file = NULL;
     rpc_tls_server tls = {0};
     char *devnames[SRV_MAX_DEVS];
@@ -354,6 +376,9 @@ int main(int argc, char **argv)
         case 'a':
             tls.ca_file = optarg;
             break;
+        case 'P':
+            cfg.peers = false;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -371,9 +396,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tessera-rpc-server: %s\n", tsr_last_error());
         return 1;
     }
+    cfg.peer_opt = (tsr_rpc_options){.token = cfg.token.bytes,
+                                     .token_len = cfg.token.len,
+                                     .tls_ca_file = tls.ca_file,
+                                     .tls_cert_file = tls.cert_file,
+                                     .tls_key_file = tls.key_file};
     /* This process never acts on a remote client's say-so: the clients of
      * the library's own registry are not wanted here. */
     unsetenv("TSR_RPC_SERVERS");
+    unsetenv("TSR_RPC_TOKEN_FILE"); /* peers get this server's own token, or none */
     if (pipe(g_sigpipe) != 0) {
         fprintf(stderr, "tessera-rpc-server: pipe: %s\n", strerror(errno));
         return 1;

@@ -27,6 +27,9 @@ bool tsr__srv_session_init(srv_session *s, const srv_config *cfg, rpc_io *io)
 
 void tsr__srv_session_free(srv_session *s)
 {
+    tsr__srv_quiesce_all(s);
+    tsr__srv_mesh_free(s->mesh);
+    free(s->acc);
     tsr__srv_objects_free(s);
     tsr__srv_handles_free(&s->h);
     tsr__rpc_reader_free(&s->rd);
@@ -128,7 +131,7 @@ static tsr_status hello(srv_session *s, srv_req *q)
     rpc_wr_u16(w, hi);
     rpc_wr_u16(w, s->cfg->token.len ? RPC_AUTH_HMAC_SHA256 : RPC_AUTH_NONE);
     rpc_wr_u32(w, 0);
-    rpc_wr_u64(w, RPC_CAPS_V1);
+    rpc_wr_u64(w, hi >= 2 ? RPC_CAPS_V2 : RPC_CAPS_V1);
     rpc_wr_bytes(w, s->server_nonce, RPC_NONCE_SIZE);
     rpc_wr_u32(w, (uint32_t)s->cfg->n_devs);
     rpc_wr_u32(w, 0);
@@ -216,6 +219,22 @@ static tsr_status dispatch(srv_session *s, srv_req *q, bool *replied)
     case RPC_CMD_EVENT_WAIT:
     case RPC_CMD_EVENT_SYNC:
         return tsr__srv_event_cmd(s, q);
+    case RPC_CMD_MESH_JOIN:
+        return tsr__srv_mesh_join(s, q);
+    case RPC_CMD_PEER_ATTACH:
+        *replied = true; /* it answers itself (before the link's traffic) or fails */
+        {
+            const tsr_status st = tsr__srv_peer_attach(s, q);
+            *replied = s->handed_over;
+            return st;
+        }
+    case RPC_CMD_PEER_SEND:
+    case RPC_CMD_PEER_RECV:
+        return tsr__srv_peer_copy(s, q);
+    case RPC_CMD_ALLREDUCE:
+        return tsr__srv_allreduce(s, q);
+    case RPC_CMD_PEER_DATA:
+        return tsr__error(TSR_EPROTO, "PEER_DATA outside a peer link");
     case RPC_CMD_TENSOR_SET:
     case RPC_CMD_TENSOR_SET_2D:
         break; /* handled before the payload is read */
@@ -285,6 +304,9 @@ static tsr_status frame(srv_session *s, const rpc_hdr *h)
     else if (!s->authed && h->cmd != RPC_CMD_HELLO && h->cmd != RPC_CMD_AUTH) {
         st = tsr__error(TSR_EAUTH, "this server requires authentication (AUTH) first");
         s->close = true;
+    } else if (h->cmd >= RPC_FIRST_V2_CMD && s->version < 2) {
+        st = tsr__error(TSR_EUNSUPPORTED, "%s needs protocol version 2 (this connection: %u)", name,
+                        s->version);
     } else if (h->cmd == RPC_CMD_TENSOR_SET || h->cmd == RPC_CMD_TENSOR_SET_2D) {
         st = tsr__srv_tensor_set(s, h, h->cmd == RPC_CMD_TENSOR_SET_2D, &unread);
     } else if (h->length > max) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +49,9 @@ bool rt_server_start(rt_server *s, const char *listen, const char *const *args)
         return false;
     }
     if (pid == 0) {
+        /* A test that fails before it stops its server must not leave it
+         * running (holding ctest's output pipe open): it dies with us. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);

@@ -304,7 +304,11 @@ static tsr_status generate(tsr_model *m, const run_opts *o, run_result *r, const
         r->tokens[s] = t;
         if (force && t != force[s] && r->first_diff < 0)
             r->first_diff = s;
-        if ((st = tsr_model_eval(m, force ? &force[s] : &t, 1)) != TSR_OK)
+        /* Enqueued: the next sample waits for it (one round trip per remote
+         * server per step); the last step waits here. */
+        const int32_t *next = force ? &force[s] : &t;
+        st = s + 1 < o->gen ? tsr_model_eval_async(m, next, 1) : tsr_model_eval(m, next, 1);
+        if (st != TSR_OK)
             break;
         if (r->logits)
             st = tsr_model_logits(m, r->logits + (size_t)(s + 1) * (size_t)V);

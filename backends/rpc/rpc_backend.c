@@ -40,7 +40,7 @@ typedef struct {
 typedef struct {
     rpc_dev *d;
     uint64_t handle;
-    bool busy;
+    rpc_sync sy; /* busy, synchronization state (rpc_conn.c) */
     rpc_ser ser;
     rpc_wr last; /* the last graph sent, for GRAPH_RECOMPUTE */
     uint64_t last_id, last_epoch;
@@ -395,12 +395,7 @@ bool tsr_backend_is_rpc(tsr_backend *backend)
 
 static const char *rpc_backend_name(tsr_backend *b) { return sctx(b)->d->name; }
 
-static void set_busy(rpc_stream *s, bool busy)
-{
-    if (s->busy != busy)
-        s->d->conn->busy += busy ? 1 : -1;
-    s->busy = busy;
-}
+static void set_busy(rpc_stream *s, bool busy) { tsr__rpc_set_busy(s->d->conn, &s->sy, busy); }
 
 static void rpc_backend_free(tsr_backend *b)
 {
@@ -416,7 +411,7 @@ static void rpc_backend_free(tsr_backend *b)
             finish(c, s->d->who, id, RPC_CMD_STREAM_CLOSE) != TSR_OK)
             TSR_LOG_W("%s", tsr_last_error());
     }
-    set_busy(s, false);
+    tsr__rpc_stream_remove(c, &s->sy);
     unlock(c);
     tsr__rpc_ser_free(&s->ser);
     free(s->last.p);
@@ -429,6 +424,49 @@ static bool same_conn(const rpc_stream *s, const tsr_tensor *t)
     uint64_t h;
     uintptr_t base;
     return own_buf(s->d->conn, t->buffer, &h, &base);
+}
+
+/* ---- for rpc_mesh.c -------------------------------------------------------------------------- */
+
+bool tsr__rpc_tensor_where(const tsr_tensor *t, rpc_conn **conn, uint64_t *buf, uint64_t *off)
+{
+    if (!t->buffer || t->buffer->iface != &rpc_buf_iface)
+        return false;
+    const rpc_buf_ctx *b = bctx(t->buffer);
+    *conn = b->d->conn;
+    *buf = b->handle;
+    *off = tensor_off(t, 0);
+    return true;
+}
+
+bool tsr__rpc_stream_where(tsr_backend *b, rpc_conn **conn, uint64_t *stream, const char **who)
+{
+    if (!tsr_backend_is_rpc(b))
+        return false;
+    *conn = sctx(b)->d->conn;
+    *stream = sctx(b)->handle;
+    if (who)
+        *who = sctx(b)->d->who;
+    return true;
+}
+
+void tsr__rpc_stream_set_busy(tsr_backend *b) { set_busy(sctx(b), true); }
+
+size_t tsr__rpc_conn_list(rpc_conn **out, size_t max)
+{
+    size_t n = 0;
+    const rpc_conn *prev = NULL;
+    const size_t nd = atomic_load(&rpc_n_devs);
+    for (size_t i = 0; i < nd; i++) {
+        rpc_conn *c = rpc_devs[i]->conn;
+        if (c == prev)
+            continue; /* a server's devices are consecutive */
+        if (n < max)
+            out[n] = c;
+        prev = c;
+        n++;
+    }
+    return n;
 }
 
 static tsr_status foreign(const rpc_stream *s, const tsr_tensor *t)
@@ -453,7 +491,14 @@ static tsr_status rpc_get_async(tsr_backend *b, const tsr_tensor *t, void *data,
     rpc_stream *s = sctx(b);
     if (!same_conn(s, t))
         return foreign(s, t);
-    return get_rows(bctx(t->buffer), s->handle, tensor_off(t, offset), data, size, 1, size, size);
+    /* Sent now, read at the next wait (a synchronize at the latest). */
+    uint8_t f[32];
+    const uint64_t v[4] = {s->handle, bctx(t->buffer)->handle, tensor_off(t, offset), size};
+    put_u64s(f, v, 4);
+    lock(s->d->conn);
+    const tsr_status st = tsr__rpc_get_later(s->d->conn, s->d->who, f, sizeof(f), data, size);
+    unlock(s->d->conn);
+    return st;
 }
 
 static tsr_status rpc_set_2d_async(tsr_backend *b, tsr_tensor *t, const void *data, size_t offset,
@@ -486,6 +531,8 @@ static tsr_status rpc_cpy_async(tsr_backend *src_b, tsr_backend *dst_b, const ts
     rpc_stream *s = sctx(dst_b);
     if (!same_conn(s, dst))
         return TSR_ENOTHANDLED;
+    if (src->buffer && src->buffer->iface == &rpc_buf_iface && !same_conn(s, src))
+        return tsr__rpc_copy_between(src_b, dst_b, src, dst);
     if (same_conn(s, src)) {
         const uint64_t sh = tsr_backend_is_rpc(src_b) && sctx(src_b)->d->conn == s->d->conn
                                 ? sctx(src_b)->handle
@@ -554,15 +601,8 @@ static tsr_status rpc_synchronize(tsr_backend *b)
 {
     rpc_stream *s = sctx(b);
     rpc_conn *c = s->d->conn;
-    uint8_t f[8];
-    put_u64s(f, &s->handle, 1);
-    uint64_t id;
     lock(c);
-    tsr_status st =
-        tsr__rpc_send(c, s->d->who, RPC_CMD_SYNCHRONIZE, true, true, f, 8, NULL, 0, &id);
-    if (st == TSR_OK)
-        st = finish(c, s->d->who, id, RPC_CMD_SYNCHRONIZE);
-    set_busy(s, false);
+    const tsr_status st = tsr__rpc_sync(c, &s->sy);
     unlock(c);
     return st;
 }
@@ -686,11 +726,14 @@ static tsr_status rpc_dev_backend_new(tsr_dev *dev, tsr_backend **out)
     lock(d->conn);
     tsr_status st =
         tsr__rpc_call(d->conn, d->who, RPC_CMD_STREAM_OPEN, f, 8, reply, sizeof(reply), &got);
-    unlock(d->conn);
     rpc_rd r = rpc_rd_init(reply, st == TSR_OK ? got : 0);
     s->handle = rpc_rd_u64(&r);
     if (st == TSR_OK && r.bad)
         st = tsr__error(TSR_EPROTO, "%s: STREAM_OPEN reply of %zu bytes", d->who, got);
+    s->sy = (rpc_sync){.handle = s->handle, .who = d->who};
+    if (st == TSR_OK && !tsr__rpc_stream_add(d->conn, &s->sy))
+        st = tsr__error(TSR_ENOMEM, "%s: stream list", d->who); /* the server frees it at exit */
+    unlock(d->conn);
     if (st != TSR_OK) {
         free(b);
         free(s);
@@ -826,7 +869,9 @@ static void *rpc_reg_get_proc(tsr_reg *r, const char *name)
     (void)r;
     if (strcmp(name, "tsr_rpc_add_server") == 0)
         return (void *)(tsr_rpc_add_server_fn)tsr_rpc_add_server;
-    return NULL;
+    if (strcmp(name, "tsr_rpc_round_trips") == 0)
+        return (void *)(tsr_rpc_round_trips_fn)tsr_rpc_round_trips;
+    return tsr__rpc_comm_proc(name);
 }
 
 static const struct tsr_reg_i rpc_reg_iface = {
@@ -907,4 +952,15 @@ tsr_status tsr_rpc_add_server(const char *endpoint, const tsr_rpc_options *optio
     tsr_reg_count();
     pthread_once(&env_once, env_servers);
     return add_server(endpoint, options, first, n);
+}
+
+uint64_t tsr_rpc_round_trips(tsr_dev *dev)
+{
+    if (!dev || dev->iface != &rpc_dev_iface)
+        return 0;
+    rpc_conn *c = dev_of(dev)->conn;
+    lock(c);
+    const uint64_t n = c->round_trips;
+    unlock(c);
+    return n;
 }

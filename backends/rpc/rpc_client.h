@@ -23,6 +23,28 @@
 #include "core/backend_impl.h"
 #include "tessera/rpc.h"
 
+/* A stream as its connection sees it (embedded in the backend's stream):
+ * a synchronize of one stream synchronizes every stream of the connection
+ * in the same round trip, and a stream with nothing sent since then is
+ * synchronized without one. */
+typedef struct rpc_sync {
+    uint64_t handle;
+    const char *who;
+    bool busy;          /* graph work may be queued: waits get the compute timeout */
+    uint64_t synced_at; /* the connection's next_id right after its last synchronize */
+    tsr_status err;     /* from a synchronize done on its behalf, returned by its next one */
+    char msg[320];
+} rpc_sync;
+
+/* A read sent without waiting: its reply is read straight into dst at the
+ * next wait on the connection. */
+typedef struct rpc_pending {
+    uint64_t id;
+    uint16_t cmd;
+    void *dst;
+    size_t n;
+} rpc_pending;
+
 typedef struct rpc_conn {
     char url[256];
     rpc_io *io;
@@ -38,6 +60,16 @@ typedef struct rpc_conn {
     int busy;       /* streams with graph work since their last synchronize */
     uint64_t epoch; /* bumped when a buffer is freed: cached graphs are then stale */
     uint64_t next_graph;
+    bool sent;            /* bytes went out since the last wait for a reply */
+    uint64_t round_trips; /* waits for a reply that followed a send: blocking round trips */
+    int mesh_rank;        /* this server's rank in the client's mesh; -1: none */
+    rpc_sync **streams;   /* the live streams of this connection */
+    size_t n_streams, cap_streams;
+    rpc_pending *pend; /* reads in flight, in request order (a ring) */
+    size_t pend_head, n_pend, cap_pend;
+    tsr_status pend_err; /* the first failed read in flight, for the next synchronize */
+    char pend_msg[320];
+    bool hold; /* queue frames that want a reply instead of sending them at once */
 } rpc_conn;
 
 /* The remote device info gathered at connection time. */
@@ -52,6 +84,22 @@ typedef struct rpc_dev_info {
  * (*infos is malloc'ed, *n entries). Messages name the endpoint. */
 tsr_status tsr__rpc_conn_open(const char *url, const tsr_rpc_options *opt, rpc_conn **out,
                               rpc_dev_info **infos, uint32_t *n);
+
+/* Streams of the connection (the caller holds c->mu). */
+bool tsr__rpc_stream_add(rpc_conn *c, rpc_sync *s);
+void tsr__rpc_stream_remove(rpc_conn *c, rpc_sync *s);
+void tsr__rpc_set_busy(rpc_conn *c, rpc_sync *s, bool busy);
+/* Synchronizes every stream of the connection in one round trip and returns
+ * s's result; nothing is sent when s and the connection are already idle. */
+tsr_status tsr__rpc_sync(rpc_conn *c, rpc_sync *s);
+/* Sends a read (TENSOR_GET of n bytes, fields as given) whose reply lands
+ * in dst at the next wait; the caller holds c->mu. */
+tsr_status tsr__rpc_get_later(rpc_conn *c, const char *who, const void *fields, size_t flen,
+                              void *dst, size_t n);
+
+/* Frees everything of a connection but its transport, which the caller
+ * then owns (a server turning a connection to its peer into a link). */
+rpc_io *tsr__rpc_conn_detach(rpc_conn *c);
 
 /* ---- framing (the caller holds c->mu; `who` prefixes every message) ------------------------ */
 
@@ -93,5 +141,27 @@ typedef bool (*rpc_buf_lookup_fn)(void *ctx, const tsr_buf *buf, uint64_t *handl
 tsr_status tsr__rpc_serialize(rpc_ser *s, tsr_graph *g, rpc_buf_lookup_fn own, void *ctx,
                               const char *who);
 void tsr__rpc_ser_free(rpc_ser *s);
+
+/* ---- between the tables and the mesh (rpc_backend.c, rpc_mesh.c) ---------------------------- */
+
+/* The connection, buffer handle and offset of a tensor in a remote buffer. */
+bool tsr__rpc_tensor_where(const tsr_tensor *t, rpc_conn **conn, uint64_t *buf, uint64_t *off);
+/* The connection and handle of a remote stream (who: its device, for messages). */
+bool tsr__rpc_stream_where(tsr_backend *b, rpc_conn **conn, uint64_t *stream, const char **who);
+/* Marks a remote stream as having queued work (its waits get the compute
+ * timeout). The caller holds the connection's mutex. */
+void tsr__rpc_stream_set_busy(tsr_backend *b);
+/* The distinct server connections, in the order they were added; returns
+ * how many there are (out gets at most max). */
+size_t tsr__rpc_conn_list(rpc_conn **out, size_t max);
+
+/* A copy from a buffer of one server into a buffer of another: the bytes go
+ * between the servers (PEER_SEND + PEER_RECV, pipelined) when they can
+ * reach each other, else TSR_ENOTHANDLED (core copies through this host). */
+tsr_status tsr__rpc_copy_between(tsr_backend *src_b, tsr_backend *dst_b, const tsr_tensor *src,
+                                 tsr_tensor *dst);
+/* "tsr_comm_init", "tsr_comm_allreduce", "tsr_comm_free" of the RPC
+ * registry (the servers' own all-reduce); NULL for other names. */
+void *tsr__rpc_comm_proc(const char *name);
 
 #endif /* TESSERA_RPC_CLIENT_H */

@@ -63,6 +63,7 @@ static tsr_status send_batch(rpc_conn *c, const char *who, uint16_t cmd)
     const rpc_iov iov = {c->batch.p, c->batch.len};
     const tsr_status st = c->io->send_all(c->io, &iov, 1, tsr__rpc_timeout(c));
     c->batch.len = 0;
+    c->sent = true;
     return st == TSR_OK ? st : die(c, st, who, "while sending", cmd);
 }
 
@@ -96,7 +97,7 @@ tsr_status tsr__rpc_send(rpc_conn *c, const char *who, uint16_t cmd, bool want_r
         if (dlen)
             memcpy(p + RPC_HDR_SIZE + flen, data, dlen);
         c->batch.len += RPC_HDR_SIZE + flen + dlen;
-        if (want_reply || flush || c->batch.len >= BATCH_MAX)
+        if ((want_reply && !c->hold) || flush || c->batch.len >= BATCH_MAX)
             return send_batch(c, who, cmd);
         return TSR_OK;
     }
@@ -108,6 +109,7 @@ tsr_status tsr__rpc_send(rpc_conn *c, const char *who, uint16_t cmd, bool want_r
         {c->batch.p, c->batch.len}, {hb, sizeof(hb)}, {fields, flen}, {data, dlen}};
     st = c->io->send_all(c->io, iov, 4, tsr__rpc_timeout(c));
     c->batch.len = 0;
+    c->sent = true;
     return st == TSR_OK ? st : die(c, st, who, "while sending", cmd);
 }
 
@@ -117,8 +119,7 @@ tsr_status tsr__rpc_reply_read(rpc_conn *c, const char *who, void *dst, size_t n
     return st == TSR_OK ? st : die(c, st, who, "while reading the reply to", 0);
 }
 
-tsr_status tsr__rpc_reply_begin(rpc_conn *c, const char *who, uint64_t id, uint16_t cmd,
-                                uint64_t *len)
+static tsr_status reply_hdr(rpc_conn *c, const char *who, uint64_t id, uint16_t cmd, uint64_t *len)
 {
     *len = 0;
     tsr_status st = tsr__rpc_alive(c, who);
@@ -156,6 +157,172 @@ tsr_status tsr__rpc_reply_begin(rpc_conn *c, const char *who, uint64_t id, uint1
     const tsr_status got = (tsr_status)h.status;
     const bool known = strcmp(tsr_status_name(got), "UNKNOWN") != 0;
     return tsr__error(known ? got : TSR_EPROTO, "%s: %s", who, reason);
+}
+
+/* Reads the replies of the reads in flight into their destinations. A
+ * failed read is kept for the next synchronize; a broken connection ends it. */
+static tsr_status drain(rpc_conn *c, const char *who)
+{
+    while (c->n_pend > 0) {
+        const rpc_pending p = c->pend[c->pend_head];
+        c->pend_head = (c->pend_head + 1) % c->cap_pend;
+        c->n_pend--;
+        uint64_t len;
+        tsr_status st = reply_hdr(c, who, p.id, p.cmd, &len);
+        if (st == TSR_OK && len != p.n) {
+            snprintf(c->io->err, sizeof(c->io->err), "%llu bytes for %zu requested",
+                     (unsigned long long)len, p.n);
+            return die(c, TSR_EPROTO, who, "reading the reply to", p.cmd);
+        }
+        if (st == TSR_OK)
+            st = tsr__rpc_reply_read(c, who, p.dst, p.n);
+        if (st != TSR_OK && c->dead != TSR_OK)
+            return st;
+        if (st != TSR_OK && c->pend_err == TSR_OK) {
+            c->pend_err = st;
+            snprintf(c->pend_msg, sizeof(c->pend_msg), "%s", tsr_last_error());
+        }
+    }
+    return TSR_OK;
+}
+
+tsr_status tsr__rpc_reply_begin(rpc_conn *c, const char *who, uint64_t id, uint16_t cmd,
+                                uint64_t *len)
+{
+    *len = 0;
+    tsr_status st = tsr__rpc_alive(c, who);
+    if (st != TSR_OK)
+        return st;
+    /* A wait after something was sent is one blocking round trip. */
+    if (c->sent) {
+        c->round_trips++;
+        c->sent = false;
+    }
+    if ((st = drain(c, who)) != TSR_OK)
+        return st;
+    return reply_hdr(c, who, id, cmd, len);
+}
+
+tsr_status tsr__rpc_get_later(rpc_conn *c, const char *who, const void *fields, size_t flen,
+                              void *dst, size_t n)
+{
+    if (c->n_pend == c->cap_pend) {
+        const size_t cap = c->cap_pend ? 2 * c->cap_pend : 16;
+        rpc_pending *p = malloc(cap * sizeof(*p));
+        if (!p)
+            return tsr__error(TSR_ENOMEM, "%s: reads in flight", who);
+        for (size_t i = 0; i < c->n_pend; i++)
+            p[i] = c->pend[(c->pend_head + i) % c->cap_pend];
+        free(c->pend);
+        c->pend = p;
+        c->pend_head = 0;
+        c->cap_pend = cap;
+    }
+    uint64_t id;
+    const tsr_status st =
+        tsr__rpc_send(c, who, RPC_CMD_TENSOR_GET, true, true, fields, flen, NULL, 0, &id);
+    if (st == TSR_OK)
+        c->pend[(c->pend_head + c->n_pend++) % c->cap_pend] =
+            (rpc_pending){.id = id, .cmd = RPC_CMD_TENSOR_GET, .dst = dst, .n = n};
+    return st;
+}
+
+/* ---- streams and synchronization ------------------------------------------------------------ */
+
+bool tsr__rpc_stream_add(rpc_conn *c, rpc_sync *s)
+{
+    if (c->n_streams == c->cap_streams) {
+        const size_t cap = c->cap_streams ? 2 * c->cap_streams : 8;
+        rpc_sync **p = realloc(c->streams, cap * sizeof(*p));
+        if (!p)
+            return false;
+        c->streams = p;
+        c->cap_streams = cap;
+    }
+    c->streams[c->n_streams++] = s;
+    s->synced_at = c->next_id;
+    return true;
+}
+
+void tsr__rpc_stream_remove(rpc_conn *c, rpc_sync *s)
+{
+    tsr__rpc_set_busy(c, s, false);
+    for (size_t i = 0; i < c->n_streams; i++)
+        if (c->streams[i] == s) {
+            c->streams[i] = c->streams[--c->n_streams];
+            break;
+        }
+}
+
+void tsr__rpc_set_busy(rpc_conn *c, rpc_sync *s, bool busy)
+{
+    if (s->busy != busy)
+        c->busy += busy ? 1 : -1;
+    s->busy = busy;
+}
+
+#define SYNC_MAX 64 /* streams synchronized together; more take a round trip each */
+
+tsr_status tsr__rpc_sync(rpc_conn *c, rpc_sync *me)
+{
+    tsr_status st = tsr__rpc_alive(c, me->who);
+    if (st != TSR_OK)
+        return st;
+    if (me->err == TSR_OK && me->synced_at == c->next_id && c->n_pend == 0 &&
+        c->pend_err == TSR_OK) {
+        tsr__rpc_set_busy(c, me, false);
+        return TSR_OK;
+    }
+    rpc_sync *all[SYNC_MAX];
+    uint64_t ids[SYNC_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_streams && n + 1 < SYNC_MAX; i++)
+        if (c->streams[i] != me)
+            all[n++] = c->streams[i];
+    all[n++] = me;
+    /* One batch: every stream's SYNCHRONIZE, the caller's last. */
+    c->hold = true;
+    for (size_t i = 0; i < n && st == TSR_OK; i++) {
+        uint8_t f[8];
+        const uint64_t le = rpc_le64(all[i]->handle);
+        memcpy(f, &le, 8);
+        c->hold = i + 1 < n;
+        st = tsr__rpc_send(c, me->who, RPC_CMD_SYNCHRONIZE, true, i + 1 == n, f, 8, NULL, 0,
+                           &ids[i]);
+    }
+    c->hold = false;
+    if (st != TSR_OK)
+        return st;
+    const uint64_t now = c->next_id;
+    tsr_status mine = TSR_OK;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len;
+        tsr_status r = tsr__rpc_reply_begin(c, all[i]->who, ids[i], RPC_CMD_SYNCHRONIZE, &len);
+        if (r == TSR_OK && len != 0) {
+            snprintf(c->io->err, sizeof(c->io->err), "%llu unexpected bytes",
+                     (unsigned long long)len);
+            r = die(c, TSR_EPROTO, all[i]->who, "reading the reply to", RPC_CMD_SYNCHRONIZE);
+        }
+        if (c->dead != TSR_OK)
+            return r != TSR_OK ? r : tsr__rpc_alive(c, me->who);
+        all[i]->synced_at = now;
+        tsr__rpc_set_busy(c, all[i], false);
+        if (all[i] == me) {
+            mine = r;
+        } else if (r != TSR_OK && all[i]->err == TSR_OK) {
+            all[i]->err = r;
+            snprintf(all[i]->msg, sizeof(all[i]->msg), "%s", tsr_last_error());
+        }
+    }
+    if (mine == TSR_OK && me->err != TSR_OK) {
+        mine = tsr__error(me->err, "%s", me->msg);
+        me->err = TSR_OK;
+    }
+    if (mine == TSR_OK && c->pend_err != TSR_OK) {
+        mine = tsr__error(c->pend_err, "%s", c->pend_msg);
+        c->pend_err = TSR_OK;
+    }
+    return mine;
 }
 
 tsr_status tsr__rpc_call(rpc_conn *c, const char *who, uint16_t cmd, const void *fields,
@@ -206,7 +373,7 @@ static tsr_status handshake(rpc_conn *c, const rpc_token *tok)
     rpc_wr_u16(&w, RPC_VERSION_MIN);
     rpc_wr_u16(&w, RPC_VERSION_MAX);
     rpc_wr_u32(&w, 0);
-    rpc_wr_u64(&w, RPC_CAPS_V1);
+    rpc_wr_u64(&w, RPC_CAPS_V2);
     rpc_wr_bytes(&w, cn, sizeof(cn));
     size_t got;
     st = tsr__rpc_call(c, who, RPC_CMD_HELLO, hello, sizeof(hello), reply, sizeof(reply), &got);
@@ -323,6 +490,7 @@ tsr_status tsr__rpc_conn_open(const char *url, const tsr_rpc_options *opt, rpc_c
         return tsr__error(TSR_ENOMEM, "rpc: %s: connection", url);
     }
     snprintf(c->url, sizeof(c->url), "%s", url);
+    c->mesh_rank = -1;
     pthread_mutex_init(&c->mu, NULL);
     c->timeout_ms = env_ms("TSR_RPC_TIMEOUT_MS", opt->timeout_ms, 5000);
     c->compute_timeout_ms = env_ms("TSR_RPC_COMPUTE_TIMEOUT_MS", opt->compute_timeout_ms, 30000);
@@ -347,4 +515,16 @@ tsr_status tsr__rpc_conn_open(const char *url, const tsr_rpc_options *opt, rpc_c
     }
     *out = c;
     return TSR_OK;
+}
+
+rpc_io *tsr__rpc_conn_detach(rpc_conn *c)
+{
+    rpc_io *io = c->io;
+    tsr__rpc_reader_free(&c->rd);
+    free(c->batch.p);
+    free(c->streams);
+    free(c->pend);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return io;
 }

@@ -24,7 +24,7 @@
 
 #define RPC_MAGIC 0x50525354u /* the bytes 'T' 'S' 'R' 'P' */
 #define RPC_VERSION_MIN 1     /* oldest version this build speaks */
-#define RPC_VERSION_MAX 1     /* newest version this build speaks */
+#define RPC_VERSION_MAX 2     /* newest version this build speaks */
 #define RPC_HDR_SIZE 32
 
 /* Every frame starts with this header (32 bytes, little-endian):
@@ -48,37 +48,43 @@ enum {
 };
 
 /* X(name, number, largest request payload): the one list of commands.
- * Numbers are stable across versions; 0x70..0x7f are reserved for
- * server-to-server work (peer copies, collectives; see the protocol doc). */
-#define RPC_CMD_LIST(X)                                             \
-    X(HELLO, 0x01, 48)                                              \
-    X(AUTH, 0x02, 32)                                               \
-    X(PING, 0x03, 4096)                                             \
-    X(DEV_LIST, 0x10, 0)                                            \
-    X(DEV_DESC, 0x11, 4)                                            \
-    X(DEV_MEMORY, 0x12, 4)                                          \
-    X(DEV_CAPS, 0x13, 4)                                            \
-    X(SUPPORTS_OP, 0x14, 8 + (TSR_MAX_SRC + 1) * RPC_REC_MAX)       \
-    X(BUF_ALLOC, 0x20, 16)                                          \
-    X(BUF_FREE, 0x21, 8)                                            \
-    X(BUF_BASE, 0x22, 8)                                            \
-    X(BUF_CLEAR, 0x23, 16)                                          \
-    X(TENSOR_SET, 0x30, 32)    /* + the data, checked separately */ \
-    X(TENSOR_SET_2D, 0x31, 48) /* + the rows, checked separately */ \
-    X(TENSOR_GET, 0x32, 32)                                         \
-    X(TENSOR_GET_2D, 0x33, 48)                                      \
-    X(TENSOR_MEMSET, 0x34, 40)                                      \
-    X(TENSOR_COPY, 0x35, 56)                                        \
-    X(STREAM_OPEN, 0x40, 8)                                         \
-    X(STREAM_CLOSE, 0x41, 8)                                        \
-    X(GRAPH_COMPUTE, 0x42, RPC_GRAPH_MAX_BYTES)                     \
-    X(GRAPH_RECOMPUTE, 0x43, 16)                                    \
-    X(SYNCHRONIZE, 0x44, 8)                                         \
-    X(EVENT_NEW, 0x50, 8)                                           \
-    X(EVENT_FREE, 0x51, 8)                                          \
-    X(EVENT_RECORD, 0x52, 16)                                       \
-    X(EVENT_WAIT, 0x53, 16)                                         \
-    X(EVENT_SYNC, 0x54, 8)
+ * Numbers are stable across versions; 0x70..0x7f are the server-to-server
+ * commands of version 2 (a version-1 connection refuses them). */
+#define RPC_CMD_LIST(X)                                              \
+    X(HELLO, 0x01, 48)                                               \
+    X(AUTH, 0x02, 32)                                                \
+    X(PING, 0x03, 4096)                                              \
+    X(DEV_LIST, 0x10, 0)                                             \
+    X(DEV_DESC, 0x11, 4)                                             \
+    X(DEV_MEMORY, 0x12, 4)                                           \
+    X(DEV_CAPS, 0x13, 4)                                             \
+    X(SUPPORTS_OP, 0x14, 8 + (TSR_MAX_SRC + 1) * RPC_REC_MAX)        \
+    X(BUF_ALLOC, 0x20, 16)                                           \
+    X(BUF_FREE, 0x21, 8)                                             \
+    X(BUF_BASE, 0x22, 8)                                             \
+    X(BUF_CLEAR, 0x23, 16)                                           \
+    X(TENSOR_SET, 0x30, 32)    /* + the data, checked separately */  \
+    X(TENSOR_SET_2D, 0x31, 48) /* + the rows, checked separately */  \
+    X(TENSOR_GET, 0x32, 32)                                          \
+    X(TENSOR_GET_2D, 0x33, 48)                                       \
+    X(TENSOR_MEMSET, 0x34, 40)                                       \
+    X(TENSOR_COPY, 0x35, 56)                                         \
+    X(STREAM_OPEN, 0x40, 8)                                          \
+    X(STREAM_CLOSE, 0x41, 8)                                         \
+    X(GRAPH_COMPUTE, 0x42, RPC_GRAPH_MAX_BYTES)                      \
+    X(GRAPH_RECOMPUTE, 0x43, 16)                                     \
+    X(SYNCHRONIZE, 0x44, 8)                                          \
+    X(EVENT_NEW, 0x50, 8)                                            \
+    X(EVENT_FREE, 0x51, 8)                                           \
+    X(EVENT_RECORD, 0x52, 16)                                        \
+    X(EVENT_WAIT, 0x53, 16)                                          \
+    X(EVENT_SYNC, 0x54, 8)                                           \
+    X(MESH_JOIN, 0x70, 40 + RPC_MESH_MAX * (2 + RPC_URL_MAX))        \
+    X(PEER_ATTACH, 0x71, 40)                                         \
+    X(PEER_DATA, 0x72, 0) /* only on a peer link, never a session */ \
+    X(PEER_SEND, 0x73, 56)                                           \
+    X(PEER_RECV, 0x74, 56)                                           \
+    X(ALLREDUCE, 0x75, 32 + 4 * RPC_MESH_MAX + 24 * RPC_AR_MAX_LOCAL)
 
 typedef enum rpc_cmd {
 #define RPC__CMD_ENUM(name, num, max) RPC_CMD_##name = (num),
@@ -97,20 +103,27 @@ typedef enum rpc_cmd {
 #define RPC_REC_MAX (RPC_REC_FIXED + 64)
 #define RPC_GRAPH_MAX_RECORDS (1u << 20)
 #define RPC_GRAPH_MAX_BYTES (64ull << 20)
-#define RPC_DISCARD_MAX (16ull << 20) /* a refused payload up to this is skipped, else we close */
-#define RPC_MAX_DIM (1ll << 40)       /* largest ne[i] and element count of a tensor */
-#define RPC_MAX_STRIDE (1ull << 48)   /* largest nb[i] */
+#define RPC_DISCARD_MAX (16ull << 20)  /* a refused payload up to this is skipped, else we close */
+#define RPC_MAX_DIM (1ll << 40)        /* largest ne[i] and element count of a tensor */
+#define RPC_MAX_STRIDE (1ull << 48)    /* largest nb[i] */
+#define RPC_MESH_MAX 64                /* servers in one mesh */
+#define RPC_URL_MAX 255                /* bytes of an endpoint URL in MESH_JOIN */
+#define RPC_AR_MAX_LOCAL 32            /* tensors one server contributes to one ALLREDUCE */
+#define RPC_PEER_DATA_MAX (1ull << 32) /* bytes of one PEER_DATA frame */
+#define RPC_TICKET_SIZE 32             /* a mesh's random name */
+#define RPC_FIRST_V2_CMD 0x70          /* commands from here on need version 2 */
 
 /* Capability bits (HELLO). */
 enum {
     RPC_CAP_GRAPH_CACHE = 1u << 0, /* GRAPH_RECOMPUTE re-runs the stream's cached graph */
     RPC_CAP_EVENTS = 1u << 1,      /* EVENT_* commands */
     RPC_CAP_2D = 1u << 2,          /* TENSOR_SET_2D / TENSOR_GET_2D */
-    /* Reserved for server-to-server work (not in version 1): */
-    RPC_CAP_PEER_COPY = 1u << 8,
-    RPC_CAP_COLLECTIVE = 1u << 9,
+    /* Version 2: server-to-server work. */
+    RPC_CAP_PEER_COPY = 1u << 8,  /* MESH_JOIN, PEER_SEND / PEER_RECV */
+    RPC_CAP_COLLECTIVE = 1u << 9, /* ALLREDUCE */
 };
 #define RPC_CAPS_V1 (RPC_CAP_GRAPH_CACHE | RPC_CAP_EVENTS | RPC_CAP_2D)
+#define RPC_CAPS_V2 (RPC_CAPS_V1 | RPC_CAP_PEER_COPY | RPC_CAP_COLLECTIVE)
 
 enum { RPC_AUTH_NONE = 0, RPC_AUTH_HMAC_SHA256 = 1 };
 

@@ -112,6 +112,11 @@ typedef struct tsr_model_stats {
 /* Feeds n tokens at the current position (prefill or one decode step) and
  * leaves the logits of the last one ready. */
 tsr_status tsr_model_eval(tsr_model *m, const int32_t *tokens, int n);
+/* The same without waiting: the work is enqueued on the devices and the
+ * next tsr_model_sample, tsr_model_logits or eval waits for it (and reports
+ * its errors). Over remote devices a decode step then costs one blocking
+ * round trip per server: the sampler's read of its candidates. */
+tsr_status tsr_model_eval_async(tsr_model *m, const int32_t *tokens, int n);
 /* Picks the next token from the last logits. */
 tsr_status tsr_model_sample(tsr_model *m, const tsr_sampler_params *sp, int32_t *token);
 /* Copies the last logits (n_vocab floats) to the host. */

@@ -68,6 +68,13 @@ tsr_status tsr_rpc_add_server(const char *endpoint, const tsr_rpc_options *optio
 typedef tsr_status (*tsr_rpc_add_server_fn)(const char *endpoint, const tsr_rpc_options *options,
                                             size_t *first, size_t *n);
 
+/* Blocking round trips made so far on the connection that serves dev: each
+ * wait for a reply that followed a send (replies read together count
+ * once). 0 for a device that is not remote. Benchmarks count them per
+ * decode step. Also reachable as get_proc("tsr_rpc_round_trips"). */
+uint64_t tsr_rpc_round_trips(tsr_dev *dev);
+typedef uint64_t (*tsr_rpc_round_trips_fn)(tsr_dev *dev);
+
 /* True when backend is a stream of a remote device. */
 bool tsr_backend_is_rpc(tsr_backend *backend);
 
