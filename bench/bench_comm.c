@@ -25,6 +25,9 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#ifdef TSR_BENCH_RPC
+#include "bench_comm_rpc.h"
+#endif
 #include "tessera/tessera.h"
 
 #define MAX_SIZES 16
@@ -490,6 +493,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+#ifdef TSR_BENCH_RPC
+    bench_comm_rpc_prepare(); /* forks: before anything uses NNG */
+#endif
     bench_cfg c = {.out_dir = "bench/results"};
     static const struct option opts[] = {{"out", required_argument, 0, 'o'},
                                          {"quick", no_argument, 0, 'q'},
@@ -569,6 +575,11 @@ int main(int argc, char **argv)
         bench_devices(&c, n, sizes, ns, mpi, &mc);
     }
     bench_vulkan(&c, &mc);
+#ifdef TSR_BENCH_RPC
+    bench_comm_rpc_run(c.md, c.jsonl, c.quick, &c.met, &c.missed);
+#else
+    printf("\nRPC rows skipped (built without RPC)\n");
+#endif
     printf("\ntargets: %d met, %d missed\n%s", c.met, c.missed, c.misses);
     fprintf(c.md, "\ntargets: %d met, %d missed\n%s", c.met, c.missed, c.misses);
     free(mc.src);

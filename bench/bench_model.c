@@ -28,11 +28,15 @@
 
 #include "bench_util.h"
 #include "tessera/model.h"
+#ifdef TSR_BENCH_RPC
+#include "rpc_testutil.h"
+#include "tessera/rpc.h"
+#endif
 #include "tessera/tessera.h"
 
 typedef struct {
     const char *out_dir, *preset;
-    bool quick;
+    bool quick, remote_only;
     int prompt, gen, max_dev, cores;
     FILE *jl, *md, *dat;
 } bench;
@@ -41,6 +45,16 @@ static void die(const char *what, tsr_status st)
 {
     fprintf(stderr, "bench_model: %s: %s (%s)\n", what, tsr_status_str(st), tsr_last_error());
     exit(1);
+}
+
+static uint64_t remote_round_trips(tsr_dev *d)
+{
+#ifdef TSR_BENCH_RPC
+    return tsr_rpc_round_trips(d);
+#else
+    (void)d;
+    return 0;
+#endif
 }
 
 /* tessera's GEMM on cpu0 (all cores): W [K, N] of `type` times X [K, T];
@@ -119,6 +133,15 @@ typedef struct {
 /* Set while the CPU + Vulkan configurations run: devices cpu0 + vulkan0
  * instead of cpu0..cpu(n-1). */
 static bool with_vulkan;
+/* Set while the remote configurations run: these devices instead (one per
+ * tessera-rpc-server on this host), and the baseline they are compared to. */
+static tsr_dev *remote[2];
+static bool with_remote;
+static double remote_baseline; /* decode tok/s of tensor x2 over local devices, 1 thread each */
+static int force_threads;      /* CPU threads per device when > 0 */
+#ifdef TSR_BENCH_RPC
+static rt_server srv[2]; /* the servers behind remote[] */
+#endif
 
 static const char *mode_name(tsr_split_mode m)
 {
@@ -137,9 +160,12 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
     cfg.quiet = true;
     cfg.n_threads =
         cf->mode == TSR_SPLIT_TENSOR ? (b->cores / cf->n > 0 ? b->cores / cf->n : 1) : b->cores;
+    if (force_threads > 0)
+        cfg.n_threads = force_threads;
     for (int j = 0; j < cf->n; j++)
-        cfg.devices[j] = with_vulkan && j == 1 ? tsr_reg_dev_get(tsr_reg_by_name("vulkan"), 0)
-                                               : tsr_reg_dev_get(tsr_cpu_reg(), (size_t)j);
+        cfg.devices[j] = with_remote             ? remote[j]
+                         : with_vulkan && j == 1 ? tsr_reg_dev_get(tsr_reg_by_name("vulkan"), 0)
+                                                 : tsr_reg_dev_get(tsr_cpu_reg(), (size_t)j);
     tsr_model *m = NULL;
     const double t_load = bu_now();
     tsr_status st = tsr_model_load(path, &cfg, &m);
@@ -163,13 +189,26 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
     tsr_model_stats_get(m, &s0);
     const double prefill_s = s0.prefill_s;
     const double bw0 = read_gbs(mem, b->cores);
+    uint64_t rt[2] = {0, 0};
     for (int i = 0; i < b->gen && st == TSR_OK; i++) {
+        if (i == 1) /* round trips are counted from the second step (the first allocates) */
+            for (int j = 0; j < 2 && with_remote; j++)
+                rt[j] = remote_round_trips(remote[j]);
         st = tsr_model_sample(m, &greedy, &tok);
+        /* Steps 1 .. gen-1, each an enqueued eval and the sample that waits
+         * for it (the last eval, which waits by itself, is not counted). */
+        if (i + 1 == b->gen)
+            for (int j = 0; j < 2 && with_remote; j++)
+                rt[j] = remote_round_trips(remote[j]) - rt[j];
+        /* Enqueued: the next sample waits for it, as tessera run does. */
         if (st == TSR_OK)
-            st = tsr_model_eval(m, &tok, 1);
+            st = i + 1 < b->gen ? tsr_model_eval_async(m, &tok, 1) : tsr_model_eval(m, &tok, 1);
     }
     if (st != TSR_OK)
         die("decode", st);
+    double rt_per_step = 0;
+    for (int j = 0; j < 2 && with_remote && b->gen > 1; j++)
+        rt_per_step = fmax(rt_per_step, (double)rt[j] / (double)(b->gen - 1));
     const double bw1 = read_gbs(mem, b->cores);
     tsr_model_stats s;
     tsr_model_stats_get(m, &s);
@@ -178,14 +217,28 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
     const double prefill = b->prompt / prefill_s;
     const double pf_gflops = prefill_flops(hp, b->prompt) / prefill_s * 1e-9;
     char label[48];
-    snprintf(label, sizeof(label), with_vulkan ? "%s %s cpu+vk" : "%s %s x%d", tsr_type_name(wtype),
-             mode_name(cf->mode), cf->n);
+    snprintf(label, sizeof(label),
+             with_remote   ? "%s %s rpc x%d"
+             : with_vulkan ? "%s %s cpu+vk"
+                           : "%s %s x%d",
+             tsr_type_name(wtype), mode_name(cf->mode), cf->n);
     const double vs_single = single_decode > 0 ? decode / single_decode : 1.0;
     const char *target = "";
     if (wtype == TSR_TYPE_F16 && cf->mode == TSR_SPLIT_NONE)
         target = decode / bound >= 0.8 ? "decode >= 0.8 bound: met" : "decode >= 0.8 bound: MISSED";
     else if (wtype == TSR_TYPE_F16 && cf->mode == TSR_SPLIT_TENSOR && cf->n == 2)
         target = vs_single >= 0.9 ? "decode >= 0.9 single: met" : "decode >= 0.9 single: MISSED";
+    char tgt_rpc[96];
+    if (with_remote && cf->mode == TSR_SPLIT_TENSOR) {
+        snprintf(tgt_rpc, sizeof(tgt_rpc),
+                 "%.2fx local x2 1 thread (>= 0.8: %s); %.2f round trips/step/server (<= 1: %s)",
+                 decode / remote_baseline, decode / remote_baseline >= 0.8 ? "met" : "MISSED",
+                 rt_per_step, rt_per_step <= 1.0 ? "met" : "MISSED");
+        target = tgt_rpc;
+    } else if (with_remote) {
+        snprintf(tgt_rpc, sizeof(tgt_rpc), "%.2f round trips/step/server", rt_per_step);
+        target = tgt_rpc;
+    }
     char tgt2[48] = "";
     if (wtype == TSR_TYPE_F16 && cf->mode == TSR_SPLIT_NONE)
         snprintf(tgt2, sizeof(tgt2), "; prefill >= 0.7 gemm: %s",
@@ -204,18 +257,52 @@ static double run_config(bench *b, const char *path, tsr_type wtype, const confi
         "{\"bench\":\"model\",\"preset\":\"%s\",\"wtype\":\"%s\",\"mode\":\"%s\",\"devices\":%d,"
         "\"threads\":%d,\"prompt\":%d,\"gen\":%d,\"decode_tok_s\":%.4f,\"read_gbs\":%.3f,"
         "\"decode_read_bytes\":%zu,\"decode_bound_tok_s\":%.4f,\"decode_vs_bound\":%.4f,"
-        "\"vulkan\":%s,\"decode_vs_single\":%.4f,\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.2f,"
+        "\"vulkan\":%s,\"remote\":%s,\"round_trips_per_step\":%.3f,\"decode_vs_single\":%.4f,"
+        "\"prefill_tok_s\":%.3f,\"prefill_gflops\":%.2f,"
         "\"gemm_gflops\":%.2f,\"prefill_vs_gemm\":%.4f,\"allreduce_per_token\":%d,\"path\":\"%s\"}"
         "\n",
         b->preset, tsr_type_name(wtype), mode_name(cf->mode), cf->n, cfg.n_threads, b->prompt,
         b->gen, decode, bw, s.decode_read_bytes, bound, decode / bound,
-        with_vulkan ? "true" : "false", vs_single, prefill, pf_gflops, gemm, pf_gflops / gemm,
-        s.allreduce_per_token,
+        with_vulkan ? "true" : "false", with_remote ? "true" : "false", rt_per_step, vs_single,
+        prefill, pf_gflops, gemm, pf_gflops / gemm, s.allreduce_per_token,
         cf->mode == TSR_SPLIT_TENSOR ? tsr_allreduce_path_name(s.path) : "none");
     fprintf(b->dat, "\"%s\" %.4f %.4f\n", label, decode, bound);
     free(prompt);
     tsr_model_free(m);
     return decode;
+}
+
+/* Tensor and layer split over two tessera-rpc-server processes on this host
+ * (one CPU device, one thread each), against tensor split over two local
+ * CPU devices with one thread each, measured just before. */
+static void run_remote(bench *b, const char *path, tsr_type wtype, double gemm, const bu_mem *mem,
+                       double single)
+{
+#ifdef TSR_BENCH_RPC
+    if (!remote[0]) {
+        const char *const args[] = {"--device", "cpu:0", "--threads", "1", NULL};
+        for (int j = 0; j < 2; j++) {
+            size_t first = 0;
+            if (!rt_server_start(&srv[j], NULL, args) ||
+                tsr_rpc_add_server(srv[j].url, NULL, &first, NULL) != TSR_OK) {
+                printf("rpc rows skipped: %s\n", tsr_last_error());
+                return;
+            }
+            remote[j] = tsr_reg_dev_get(tsr_rpc_reg(), first);
+        }
+    }
+    const config tensor2 = {TSR_SPLIT_TENSOR, 2}, layer2 = {TSR_SPLIT_LAYER, 2};
+    force_threads = 1;
+    remote_baseline = run_config(b, path, wtype, &tensor2, gemm, mem, single);
+    with_remote = true;
+    run_config(b, path, wtype, &tensor2, gemm, mem, single);
+    run_config(b, path, wtype, &layer2, gemm, mem, single);
+    with_remote = false;
+    force_threads = 0;
+#else
+    (void)b, (void)path, (void)wtype, (void)gemm, (void)mem, (void)single;
+    printf("rpc rows skipped: built without RPC\n");
+#endif
 }
 
 static void run_type(bench *b, tsr_type wtype, const bu_mem *mem)
@@ -245,7 +332,7 @@ static void run_type(bench *b, tsr_type wtype, const bu_mem *mem)
                            {TSR_SPLIT_TENSOR, 4}, {TSR_SPLIT_LAYER, 2},  {TSR_SPLIT_LAYER, 3},
                            {TSR_SPLIT_LAYER, 4}};
     double single = 0;
-    for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+    for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]) && !b->remote_only; i++) {
         if (cfgs[i].n > b->max_dev || cfgs[i].n > hp.n_layer)
             continue;
         const double d = run_config(b, path, wtype, &cfgs[i], gemm, mem, single);
@@ -254,7 +341,8 @@ static void run_type(bench *b, tsr_type wtype, const bu_mem *mem)
     }
     /* The CPU + Vulkan mix: tensor and layer split over cpu0 and vulkan0. */
     tsr_reg *vk = tsr_reg_by_name("vulkan");
-    if (vk && tsr_reg_dev_count(vk) > 0) {
+    if (b->remote_only) {
+    } else if (vk && tsr_reg_dev_count(vk) > 0) {
         with_vulkan = true;
         for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
             if (cfgs[i].n == 2)
@@ -263,6 +351,8 @@ static void run_type(bench *b, tsr_type wtype, const bu_mem *mem)
     } else {
         printf("cpu+vk rows skipped: no Vulkan device\n");
     }
+    if (wtype == (b->quick ? TSR_TYPE_F32 : TSR_TYPE_F16))
+        run_remote(b, path, wtype, gemm, mem, single);
     unlink(path);
 }
 
@@ -276,10 +366,11 @@ int main(int argc, char **argv)
                                          {"types", required_argument, 0, 't'},
                                          {"preset", required_argument, 0, 'p'},
                                          {"max-devices", required_argument, 0, 'd'},
+                                         {"remote-only", no_argument, 0, 'r'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "o:qt:p:d:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "o:qt:p:d:rh", opts, NULL)) != -1) {
         switch (o) {
         case 'o':
             b.out_dir = optarg;
@@ -296,13 +387,18 @@ int main(int argc, char **argv)
         case 'd':
             b.max_dev = atoi(optarg);
             break;
+        case 'r':
+            b.remote_only = true;
+            break;
         case 'h':
-            printf(
-                "usage: bench_model [--out DIR] [--quick] [--types f16,q8_0] [--preset NAME] "
-                "[--max-devices N]\n"
-                "Prefill and decode tokens/s for split none/layer/tensor over 1..N CPU devices, "
-                "beside the\nstreaming-read bound and tessera's GEMM throughput measured in the "
-                "same run.\n--quick: the tiny preset, 16-token prompt, 8 steps (a smoke run).\n");
+            printf("usage: bench_model [--out DIR] [--quick] [--types f16,q8_0] [--preset NAME] "
+                   "[--max-devices N] [--remote-only]\n"
+                   "Prefill and decode tokens/s for split none/layer/tensor over 1..N CPU devices, "
+                   "beside the\nstreaming-read bound and tessera's GEMM throughput measured in the "
+                   "same run;\nthen tensor and layer split over two tessera-rpc-server processes "
+                   "on this "
+                   "host against\nlocal tensor split with the same threads (--remote-only: just "
+                   "those).\n--quick: the tiny preset, 16-token prompt, 8 steps (a smoke run).\n");
             return 0;
         default:
             return 2;
@@ -358,6 +454,10 @@ int main(int argc, char **argv)
         run_type(&b, wt, &mem);
     }
     bu_mem_free(&mem);
+#ifdef TSR_BENCH_RPC
+    for (int j = 0; j < 2 && remote[j]; j++)
+        rt_server_stop(&srv[j]);
+#endif
     fclose(b.jl);
     fclose(b.md);
     fclose(b.dat);
