@@ -58,8 +58,10 @@ typedef struct srv_buf {
     tsr_tensor span; /* an I32 tensor over the whole allocation, for non-host copies */
 } srv_buf;
 
-/* The graph cached per stream: two slots, so the next graph is decoded
- * while the last one runs. */
+/* A graph cached on a stream. Version 2: RPC_GRAPH_SLOTS per stream, in the
+ * slot the client names (so both ends agree on what is cached), re-run by
+ * id; version 1: two slots, the next graph decoded while the last runs. A
+ * slot is reused only after its last run finished. */
 typedef struct srv_graph {
     tsr_ctx *ctx;
     size_t ctx_cap;
@@ -80,8 +82,8 @@ typedef struct srv_stream {
     bool busy;      /* work may be queued: synchronize before touching memory */
     tsr_status err; /* the first error of pipelined work, reported at SYNCHRONIZE */
     char err_msg[RPC_REASON_MAX];
-    srv_graph slot[2];
-    int cur; /* slot holding the cached (last) graph */
+    srv_graph slot[RPC_GRAPH_SLOTS]; /* version 1: slots 0 and 1 alternate */
+    int cur;                         /* version 1: the slot of the last graph */
 } srv_stream;
 
 typedef struct srv_event {

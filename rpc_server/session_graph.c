@@ -359,12 +359,16 @@ tsr_status tsr__srv_graph_compute(srv_session *s, srv_req *q)
     if (st != TSR_OK)
         return st;
     s->cur_stream = sp;
-    if (q->p.bad || flags != 0)
+    /* Version 2: the u32 after the record count is the slot to keep the
+     * graph in; version 1: zero, and the server alternates two slots. */
+    if (q->p.bad || (s->version < 2 && flags != 0))
         return tsr__error(TSR_EPROTO, "a 24-byte header with zero flags comes first");
+    if (flags >= RPC_GRAPH_SLOTS)
+        return tsr__error(TSR_EINVAL, "graph slot %u (0..%d)", flags, RPC_GRAPH_SLOTS - 1);
     if (n > RPC_GRAPH_MAX_RECORDS || n > rpc_rd_left(&q->p) / RPC_REC_FIXED)
         return tsr__error(TSR_EPROTO, "%u records cannot fit in %zu bytes (at most %u records)", n,
                           rpc_rd_left(&q->p), RPC_GRAPH_MAX_RECORDS);
-    const int k = 1 - sp->cur;
+    const int k = s->version >= 2 ? (int)flags : 1 - sp->cur;
     srv_graph *g = &sp->slot[k];
     if ((st = slot_prepare(g, s->cfg->devs[sp->dev], n)) != TSR_OK)
         return st;
@@ -392,13 +396,13 @@ tsr_status tsr__srv_graph_recompute(srv_session *s, srv_req *q)
     s->cur_stream = sp;
     if (q->p.bad || rpc_rd_left(&q->p) != 0)
         return tsr__error(TSR_EPROTO, "a GRAPH_RECOMPUTE payload is 16 bytes");
-    srv_graph *g = &sp->slot[sp->cur];
-    if (!g->valid || g->id != id)
-        return tsr__error(TSR_EINVAL,
-                          "graph %llu is not cached on this stream (the last graph here is %llu%s)",
-                          (unsigned long long)id, (unsigned long long)g->id,
-                          g->valid ? "" : ", dropped: it failed or a buffer was freed");
-    return run_slot(sp, g);
+    for (int k = 0; k < RPC_GRAPH_SLOTS; k++)
+        if (sp->slot[k].valid && sp->slot[k].id == id)
+            return run_slot(sp, &sp->slot[k]);
+    return tsr__error(TSR_EINVAL,
+                      "graph %llu is not cached on this stream (it failed, a buffer was freed, or "
+                      "its slot was reused)",
+                      (unsigned long long)id);
 }
 
 tsr_status tsr__srv_supports_op(srv_session *s, srv_req *q)

@@ -144,7 +144,8 @@ static void invalidate_graphs(srv_session *s)
     uint32_t i = 0;
     srv_stream *st;
     while ((st = tsr__srv_handle_next(&s->h, RPC_H_STREAM, &i, NULL)))
-        st->slot[0].valid = st->slot[1].valid = false;
+        for (int k = 0; k < RPC_GRAPH_SLOTS; k++)
+            st->slot[k].valid = false;
 }
 
 static void buf_release(srv_session *s, srv_buf *b)
@@ -247,7 +248,7 @@ tsr_status tsr__srv_buf_cmd(srv_session *s, srv_req *q)
 
 void tsr__srv_graphs_free(srv_stream *st)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < RPC_GRAPH_SLOTS; k++) {
         srv_graph *g = &st->slot[k];
         tsr_ctx_free(g->ctx);
         tsr_graph_free(g->g);

@@ -258,6 +258,71 @@ Test(rpc_mesh, servers_that_cannot_reach_each_other_fall_back_to_the_client, .ti
     rmdir(dir);
 }
 
+/* ---- graphs held by the server --------------------------------------------------------------- */
+
+/* n graphs y_k = x * (k + 1) on one stream, run round after round: the
+ * client sends each once while the server can hold them all, and re-runs
+ * them by reference; with more graphs than slots they are sent again, and
+ * every result is right either way. */
+static void run_graphs(tsr_dev *dev, int n, int rounds, tsr_rpc_stats *delta)
+{
+    tsr_backend *be;
+    cr_assert_eq(tsr_backend_new(dev, &be), TSR_OK);
+    tsr_ctx *ctx = tsr_ctx_new((size_t)n + 4);
+    tsr_tensor *x = tsr_new_tensor_1d(ctx, TSR_TYPE_F32, 64), *y[300];
+    tsr_graph *g[300];
+    cr_assert(n <= 300);
+    for (int k = 0; k < n; k++) {
+        y[k] = tsr_scale(ctx, x, (float)(k + 1));
+        g[k] = tsr_graph_new(4);
+        cr_assert_eq(tsr_graph_build(g[k], y[k]), TSR_OK);
+    }
+    tsr_buf *buf;
+    cr_assert_eq(tsr_ctx_alloc_tensors(ctx, tsr_dev_buft(dev), &buf), TSR_OK, "%s",
+                 tsr_last_error());
+    tsr_rpc_stats a, b;
+    tsr_rpc_stats_get(dev, &a);
+    float xv[64], yv[64];
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < n; k++) {
+            for (int i = 0; i < 64; i++)
+                xv[i] = (float)(i + r);
+            cr_assert_eq(tsr_tensor_set(x, xv, 0, sizeof(xv)), TSR_OK);
+            cr_assert_eq(tsr_backend_graph_compute(be, g[k]), TSR_OK, "%s", tsr_last_error());
+            cr_assert_eq(tsr_tensor_get(y[k], yv, 0, sizeof(yv)), TSR_OK);
+            for (int i = 0; i < 64; i++)
+                cr_assert_eq(yv[i], xv[i] * (float)(k + 1), "round %d, graph %d, element %d", r, k,
+                             i);
+        }
+    tsr_rpc_stats_get(dev, &b);
+    *delta = (tsr_rpc_stats){b.round_trips - a.round_trips, b.graphs_sent - a.graphs_sent,
+                             b.graphs_by_reference - a.graphs_by_reference};
+    for (int k = 0; k < n; k++)
+        tsr_graph_free(g[k]);
+    tsr_buf_free(buf);
+    tsr_ctx_free(ctx);
+    tsr_backend_free(be);
+}
+
+Test(rpc_mesh, graphs_the_server_holds_are_rerun_by_reference, .timeout = 120)
+{
+    init();
+    srv a = start(1, NULL, NULL);
+    tsr_rpc_stats d;
+    run_graphs(rdev(&a, 0), 5, 6, &d);
+    cr_expect_eq(d.graphs_sent, 5, "5 graphs sent once each, got %llu",
+                 (unsigned long long)d.graphs_sent);
+    cr_expect_eq(d.graphs_by_reference, 25, "then re-run by reference: %llu",
+                 (unsigned long long)d.graphs_by_reference);
+    run_graphs(rdev(&a, 0), 64, 2, &d);
+    cr_expect(d.graphs_sent == 64 && d.graphs_by_reference == 64,
+              "64 graphs: %llu sent, %llu by reference", (unsigned long long)d.graphs_sent,
+              (unsigned long long)d.graphs_by_reference);
+    run_graphs(rdev(&a, 0), 300, 2, &d); /* more than the server holds: sent again, still right */
+    cr_expect_eq(d.graphs_sent + d.graphs_by_reference, 600);
+    cr_expect_eq(rt_server_stop(&a.s), 0);
+}
+
 /* ---- the model over remote devices ----------------------------------------------------------- */
 
 #define STEPS 16

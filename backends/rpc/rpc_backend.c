@@ -42,9 +42,7 @@ typedef struct {
     uint64_t handle;
     rpc_sync sy; /* busy, synchronization state (rpc_conn.c) */
     rpc_ser ser;
-    rpc_wr last; /* the last graph sent, for GRAPH_RECOMPUTE */
-    uint64_t last_id, last_epoch;
-    bool last_valid;
+    rpc_graph_cache cache; /* graphs the server holds for this stream */
 } rpc_stream;
 
 typedef struct {
@@ -414,7 +412,7 @@ static void rpc_backend_free(tsr_backend *b)
     tsr__rpc_stream_remove(c, &s->sy);
     unlock(c);
     tsr__rpc_ser_free(&s->ser);
-    free(s->last.p);
+    tsr__rpc_cache_free(&s->cache);
     free(s);
     free(b);
 }
@@ -568,28 +566,27 @@ static tsr_status rpc_graph_compute(tsr_backend *b, tsr_graph *g)
         return st;
     }
     const rpc_wr *w = &s->ser.w;
-    const bool same = s->last_valid && s->last_epoch == c->epoch && s->last.len == w->len &&
-                      memcmp(s->last.p, w->p, w->len) == 0;
+    /* A version-2 server keeps RPC_GRAPH_SLOTS graphs in slots the client
+     * names; a version-1 server the last one. */
+    const int n_slots = c->version >= 2 ? RPC_GRAPH_SLOTS : 1;
+    const uint64_t cached = tsr__rpc_cache_find(&s->cache, n_slots, w, c->epoch);
     uint8_t f[24];
     rpc_wr fw = {.p = f, .cap = sizeof(f)};
     rpc_wr_u64(&fw, s->handle);
-    if (same) {
-        rpc_wr_u64(&fw, s->last_id);
+    if (cached) {
+        rpc_wr_u64(&fw, cached);
         st =
             tsr__rpc_send(c, s->d->who, RPC_CMD_GRAPH_RECOMPUTE, false, true, f, 16, NULL, 0, NULL);
+        c->graphs_by_ref++;
     } else {
         const uint64_t id = ++c->next_graph;
+        const uint32_t slot = tsr__rpc_cache_put(&s->cache, n_slots, w, id, c->epoch);
         rpc_wr_u64(&fw, id);
         rpc_wr_u32(&fw, s->ser.n);
-        rpc_wr_u32(&fw, 0);
+        rpc_wr_u32(&fw, c->version >= 2 ? slot : 0);
         st = tsr__rpc_send(c, s->d->who, RPC_CMD_GRAPH_COMPUTE, false, true, f, 24, w->p, w->len,
                            NULL);
-        s->last.len = 0;
-        rpc_wr_bytes(&s->last, w->p, w->len);
-        s->last_valid = !s->last.bad;
-        s->last.bad = false;
-        s->last_id = id;
-        s->last_epoch = c->epoch;
+        c->graphs_sent++;
     }
     if (st == TSR_OK)
         set_busy(s, true);
@@ -963,4 +960,15 @@ uint64_t tsr_rpc_round_trips(tsr_dev *dev)
     const uint64_t n = c->round_trips;
     unlock(c);
     return n;
+}
+
+void tsr_rpc_stats_get(tsr_dev *dev, tsr_rpc_stats *out)
+{
+    *out = (tsr_rpc_stats){0};
+    if (!dev || dev->iface != &rpc_dev_iface)
+        return;
+    rpc_conn *c = dev_of(dev)->conn;
+    lock(c);
+    *out = (tsr_rpc_stats){c->round_trips, c->graphs_sent, c->graphs_by_ref};
+    unlock(c);
 }

@@ -62,8 +62,9 @@ typedef struct rpc_conn {
     uint64_t next_graph;
     bool sent;            /* bytes went out since the last wait for a reply */
     uint64_t round_trips; /* waits for a reply that followed a send: blocking round trips */
-    int mesh_rank;        /* this server's rank in the client's mesh; -1: none */
-    rpc_sync **streams;   /* the live streams of this connection */
+    uint64_t graphs_sent, graphs_by_ref;
+    int mesh_rank;      /* this server's rank in the client's mesh; -1: none */
+    rpc_sync **streams; /* the live streams of this connection */
     size_t n_streams, cap_streams;
     rpc_pending *pend; /* reads in flight, in request order (a ring) */
     size_t pend_head, n_pend, cap_pend;
@@ -133,6 +134,31 @@ typedef struct rpc_ser {
     size_t hcap;
     uint32_t n;
 } rpc_ser;
+
+/* The graphs a stream sent lately, as the server holds them: a graph that
+ * serializes to the bytes of one of them is re-run by reference
+ * (GRAPH_RECOMPUTE) instead of being sent again. Version 2 servers keep
+ * RPC_GRAPH_SLOTS graphs per stream, in the slot the client names; version
+ * 1 servers only the last one. */
+typedef struct rpc_cached {
+    rpc_wr bytes;
+    uint64_t hash, id, epoch, used;
+    bool valid;
+} rpc_cached;
+
+typedef struct rpc_graph_cache {
+    rpc_cached e[RPC_GRAPH_SLOTS];
+    uint64_t tick;
+} rpc_graph_cache;
+
+/* The id of a cached graph with exactly these bytes (and the connection's
+ * current epoch), or 0. n_slots: how many slots the server keeps. */
+uint64_t tsr__rpc_cache_find(rpc_graph_cache *c, int n_slots, const rpc_wr *w, uint64_t epoch);
+/* Records bytes sent as graph `id`; returns the slot it takes (the least
+ * recently used one). */
+uint32_t tsr__rpc_cache_put(rpc_graph_cache *c, int n_slots, const rpc_wr *w, uint64_t id,
+                            uint64_t epoch);
+void tsr__rpc_cache_free(rpc_graph_cache *c);
 
 /* Serializes g's nodes and everything they read into records (rpc_proto.h);
  * `own` says whether a buffer belongs to this connection and gives its

@@ -219,3 +219,65 @@ void tsr__rpc_ser_free(rpc_ser *s)
     free(s->vals);
     *s = (rpc_ser){0};
 }
+
+/* ---- the graph cache --------------------------------------------------------------------------
+ */
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t tsr__rpc_cache_find(rpc_graph_cache *c, int n_slots, const rpc_wr *w, uint64_t epoch)
+{
+    const uint64_t h = hash_bytes(w->p, w->len);
+    for (int i = 0; i < n_slots; i++) {
+        rpc_cached *e = &c->e[i];
+        if (e->valid && e->hash == h && e->epoch == epoch && e->bytes.len == w->len &&
+            memcmp(e->bytes.p, w->p, w->len) == 0) {
+            e->used = ++c->tick;
+            return e->id;
+        }
+    }
+    return 0;
+}
+
+uint32_t tsr__rpc_cache_put(rpc_graph_cache *c, int n_slots, const rpc_wr *w, uint64_t id,
+                            uint64_t epoch)
+{
+    int k = 0;
+    for (int i = 0; i < n_slots; i++) {
+        if (!c->e[i].valid) {
+            k = i;
+            break;
+        }
+        if (c->e[i].used < c->e[k].used)
+            k = i;
+    }
+    rpc_cached *e = &c->e[k];
+    e->bytes.len = 0;
+    e->bytes.bad = false;
+    rpc_wr_bytes(&e->bytes, w->p, w->len);
+    e->valid = !e->bytes.bad; /* out of memory: sent again next time */
+    e->hash = hash_bytes(w->p, w->len);
+    e->id = id;
+    e->epoch = epoch;
+    e->used = ++c->tick;
+    return (uint32_t)k;
+}
+
+void tsr__rpc_cache_free(rpc_graph_cache *c)
+{
+    for (int i = 0; i < RPC_GRAPH_SLOTS; i++)
+        free(c->e[i].bytes.p);
+}

@@ -112,6 +112,7 @@ typedef enum rpc_cmd {
 #define RPC_PEER_DATA_MAX (1ull << 32) /* bytes of one PEER_DATA frame */
 #define RPC_TICKET_SIZE 32             /* a mesh's random name */
 #define RPC_FIRST_V2_CMD 0x70          /* commands from here on need version 2 */
+#define RPC_GRAPH_SLOTS 256            /* graphs a version-2 server caches per stream */
 
 /* Capability bits (HELLO). */
 enum {

@@ -75,6 +75,15 @@ typedef tsr_status (*tsr_rpc_add_server_fn)(const char *endpoint, const tsr_rpc_
 uint64_t tsr_rpc_round_trips(tsr_dev *dev);
 typedef uint64_t (*tsr_rpc_round_trips_fn)(tsr_dev *dev);
 
+/* What the client did on the connection that serves dev (all its streams),
+ * since it was added. Zeros for a device that is not remote. */
+typedef struct tsr_rpc_stats {
+    uint64_t round_trips;         /* as tsr_rpc_round_trips */
+    uint64_t graphs_sent;         /* GRAPH_COMPUTE: the graph went over the wire */
+    uint64_t graphs_by_reference; /* GRAPH_RECOMPUTE: a graph the server holds, re-run by id */
+} tsr_rpc_stats;
+void tsr_rpc_stats_get(tsr_dev *dev, tsr_rpc_stats *out);
+
 /* True when backend is a stream of a remote device. */
 bool tsr_backend_is_rpc(tsr_backend *backend);
 
