@@ -258,6 +258,70 @@ Test(rpc_mesh, servers_that_cannot_reach_each_other_fall_back_to_the_client, .ti
     rmdir(dir);
 }
 
+/* ---- servers that prove themselves to each other -------------------------------------------- */
+
+bool rt_make_cert(const char *cn, const char *cert_path, const char *key_path);
+
+/* A two-server all-reduce must take the servers' own path: their link formed. */
+static void expect_linked(tsr_dev *a, tsr_dev *b, const char *what)
+{
+    set s;
+    tsr_dev *d[2] = {a, b};
+    set_open(&s, 2, d, 1 << 16);
+    tsr_allreduce *ar;
+    cr_assert_eq(tsr_allreduce_new(s.be, 2, &ar), TSR_OK);
+    cr_expect(tsr_allreduce_has_native(ar), "%s: the servers linked", what);
+    cr_expect_eq(run_sum(&s, ar, 30000, TSR_TYPE_F32), TSR_ALLREDUCE_NATIVE, "%s", what);
+    tsr_allreduce_free(ar);
+    set_close(&s);
+}
+
+Test(rpc_mesh, servers_with_a_token_link_with_that_token, .timeout = 120)
+{
+    init();
+    char dir[256], tok[300];
+    cr_assert(rt_tmpdir(dir, sizeof(dir)));
+    snprintf(tok, sizeof(tok), "%s/token", dir);
+    FILE *f = fopen(tok, "w");
+    cr_assert_not_null(f);
+    fputs("shared by the client and both servers\n", f);
+    fclose(f);
+    const tsr_rpc_options o = {.token_file = tok};
+    srv a = start(1, tok, &o), b = start(1, tok, &o);
+    expect_linked(rdev(&a, 0), rdev(&b, 0), "token");
+    cr_expect_eq(rt_server_stop(&a.s), 0);
+    cr_expect_eq(rt_server_stop(&b.s), 0);
+    unlink(tok);
+    rmdir(dir);
+}
+
+/* tls+tcp:// with client certificates: each server presents its
+ * certificate to the other, as the client does, and checks the other's. */
+Test(rpc_mesh, servers_over_tls_link_over_tls, .timeout = 120)
+{
+    init();
+    char dir[256], cert[300], key[300];
+    cr_assert(rt_tmpdir(dir, sizeof(dir)));
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    cr_assert(rt_make_cert("127.0.0.1", cert, key), "making a test certificate");
+    const char *const args[] = {"--device", "cpu:0",    "--tls-cert", cert, "--tls-key",
+                                key,        "--tls-ca", cert,         NULL};
+    const tsr_rpc_options o = {.tls_ca_file = cert, .tls_cert_file = cert, .tls_key_file = key};
+    srv v[2];
+    for (int i = 0; i < 2; i++) {
+        cr_assert(rt_server_start(&v[i].s, "tls+tcp://127.0.0.1:0", args));
+        cr_assert_eq(tsr_rpc_add_server(v[i].s.url, &o, &v[i].first, &v[i].n), TSR_OK, "%s",
+                     tsr_last_error());
+    }
+    expect_linked(rdev(&v[0], 0), rdev(&v[1], 0), "tls");
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(rt_server_stop(&v[i].s), 0);
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+}
+
 /* ---- graphs held by the server --------------------------------------------------------------- */
 
 /* n graphs y_k = x * (k + 1) on one stream, run round after round: the
