@@ -15,6 +15,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@
  * is an error reply, not a dead connection. */
 #define MESH_WAIT_MS 4000
 #define DIAL_TIMEOUT_MS 3000
+#define SPIN_YIELDS 64 /* sched_yield()s before a wait for a message sleeps */
 
 struct srv_link {
     srv_mesh *mesh;
@@ -43,7 +46,8 @@ struct srv_link {
     srv_msg *pool;        /* buffers for reuse */
     int n_pool;
     bool dead;
-    char why[200]; /* why the link died */
+    char why[200];            /* why the link died */
+    _Atomic uint64_t arrived; /* messages queued so far (read without the lock) */
 };
 
 struct srv_mesh {
@@ -184,6 +188,7 @@ static void *link_main(void *arg)
         else
             l->head = m;
         l->tail = m;
+        atomic_fetch_add(&l->arrived, 1);
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
     }
@@ -276,6 +281,7 @@ tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg 
         return TSR_EINVAL;
     const struct timespec until = deadline_in(m->timeout_ms);
     tsr_status st = TSR_OK;
+    int spins = 0;
     pthread_mutex_lock(&l->mu);
     for (;;) {
         srv_msg *prev = NULL;
@@ -297,6 +303,17 @@ tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg 
         if (l->dead) {
             st = tsr__error(TSR_EDEVICE, "the link from rank %u is down: %s", from, l->why);
             break;
+        }
+        /* A message due within microseconds (an all-reduce step): yield the
+         * core a few times before sleeping, so the reader that delivers it
+         * runs and no wake-up is paid. */
+        if (spins < SPIN_YIELDS) {
+            const uint64_t seen = atomic_load(&l->arrived);
+            pthread_mutex_unlock(&l->mu);
+            for (; spins < SPIN_YIELDS && atomic_load(&l->arrived) == seen; spins++)
+                sched_yield();
+            pthread_mutex_lock(&l->mu);
+            continue;
         }
         if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT) {
             st = tsr__error(TSR_ETIMEDOUT, "no data tagged %llu from rank %u within %d ms",
