@@ -120,12 +120,11 @@ void *tsr__srv_handle_next(const srv_handles *h, uint8_t kind, uint32_t *i, uint
  * A mesh joins the servers one client uses: the client names it with a
  * random ticket and tells each server its rank and every rank's endpoint;
  * each server dials the lower ranks and is dialed by the higher ones. Each
- * connection between two servers is a *link*: PEER_DATA frames flow both
- * ways, and a reader thread per link always drains its socket into a queue
- * of messages (reused buffers), so a server that sends never waits for the
- * other to reach its matching receive and two servers sending to each
- * other cannot deadlock. Messages carry a tag chosen by the client (unique
- * per mesh), so a receive takes exactly the bytes its send produced. */
+ * connection between two servers is a *link* carrying PEER_DATA messages
+ * both ways, each with a tag chosen by the client (unique per mesh), so a
+ * receive takes exactly the bytes its send produced. Only the session's
+ * thread uses its links: it reads one when it waits for a message from it,
+ * and starts a send before it receives when two servers exchange. */
 
 typedef struct srv_msg {
     struct srv_msg *next;
@@ -139,6 +138,11 @@ typedef struct srv_mesh srv_mesh;
 
 /* Sends n bytes as one PEER_DATA message tagged `tag` to rank `to`. */
 tsr_status tsr__srv_peer_send(srv_mesh *m, uint32_t to, uint64_t tag, const void *p, size_t n);
+/* The same in two halves: p must stay unchanged until send_wait returns
+ * (a new start on the link waits for the last one first). */
+tsr_status tsr__srv_peer_send_start(srv_mesh *m, uint32_t to, uint64_t tag, const void *p,
+                                    size_t n);
+tsr_status tsr__srv_peer_send_wait(srv_mesh *m, uint32_t to);
 /* Waits (peer_timeout_ms) for the message tagged `tag` from rank `from`;
  * the caller gives it back with tsr__srv_peer_done. */
 tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg **out);

@@ -10,7 +10,8 @@
  * tensors; with a non-power-of-two P the extra ranks first fold into the
  * lower ones and get the result back at the end) and a ring for large ones
  * (reduce-scatter then all-gather in P chunks, so each server sends and
- * adds about one tensor's worth whatever P is). Every server ends with
+ * adds about one tensor's worth whatever P is; each step starts its send,
+ * receives, then waits for the send). Every server ends with
  * bit-identical sums: pairs add the same two values (IEEE addition is
  * commutative) and ring chunks are summed at one server and copied. F16
  * and BF16 are summed and exchanged in F32 and rounded once at the end.
@@ -88,6 +89,30 @@ static tsr_status recv_f32(srv_mesh *m, uint32_t from, uint64_t tag, float *acc,
     return st;
 }
 
+/* One step of an exchange: sends n_s floats to `to` while receiving n_r
+ * from `from` into acc_r (added or copied). The send is started first and
+ * waited for after the receive, so two servers exchanging never both wait
+ * on a send; the received bytes are applied after the send finished, so
+ * acc_r may be what was sent. */
+static tsr_status exchange(srv_mesh *m, uint32_t to, const float *src, size_t n_s, uint32_t from,
+                           float *acc_r, size_t n_r, uint64_t tag, bool add)
+{
+    srv_msg *msg = NULL;
+    tsr_status st = tsr__srv_peer_send_start(m, to, tag, src, n_s * sizeof(float));
+    if (st == TSR_OK)
+        st = tsr__srv_peer_take(m, from, tag, &msg);
+    const tsr_status ws = tsr__srv_peer_send_wait(m, to);
+    if (st == TSR_OK)
+        st = ws;
+    if (st == TSR_OK && msg->len != n_r * sizeof(float))
+        st = tsr__error(TSR_EINVAL, "ALLREDUCE: rank %u sent %zu bytes for step %u; %zu expected",
+                        from, msg->len, (unsigned)(tag & 0xff), n_r * sizeof(float));
+    if (st == TSR_OK)
+        load_f32(TSR_TYPE_F32, msg->data, acc_r, n_r, add);
+    tsr__srv_peer_done(m, from, msg);
+    return st;
+}
+
 /* Recursive doubling over the P ranks g[] (this server is g[p]). */
 static tsr_status doubling(srv_mesh *m, const uint32_t *g, uint32_t P, uint32_t p, uint64_t tag,
                            float *acc, size_t n)
@@ -106,8 +131,7 @@ static tsr_status doubling(srv_mesh *m, const uint32_t *g, uint32_t P, uint32_t 
     uint64_t step = 1;
     for (uint32_t mask = 1; mask < p2; mask <<= 1, step++) {
         const uint32_t partner = g[p ^ mask];
-        if ((st = send_f32(m, partner, tag + step, acc, n)) != TSR_OK ||
-            (st = recv_f32(m, partner, tag + step, acc, n, true)) != TSR_OK)
+        if ((st = exchange(m, partner, acc, n, partner, acc, n, tag + step, true)) != TSR_OK)
             return st;
     }
     if (p + p2 < P)
@@ -125,14 +149,14 @@ static tsr_status ring(srv_mesh *m, const uint32_t *g, uint32_t P, uint32_t p, u
     tsr_status st;
     for (uint32_t s = 0; s + 1 < P; s++) {
         const uint32_t sc = (p + P - s) % P, rc = (p + 2 * P - s - 1) % P;
-        if ((st = send_f32(m, right, tag + 1 + s, acc + LO(sc), LEN(sc))) != TSR_OK ||
-            (st = recv_f32(m, left, tag + 1 + s, acc + LO(rc), LEN(rc), true)) != TSR_OK)
+        if ((st = exchange(m, right, acc + LO(sc), LEN(sc), left, acc + LO(rc), LEN(rc),
+                           tag + 1 + s, true)) != TSR_OK)
             return st;
     }
     for (uint32_t s = 0; s + 1 < P; s++) {
         const uint32_t sc = (p + 1 + P - s) % P, rc = (p + P - s) % P;
-        if ((st = send_f32(m, right, tag + P + s, acc + LO(sc), LEN(sc))) != TSR_OK ||
-            (st = recv_f32(m, left, tag + P + s, acc + LO(rc), LEN(rc), false)) != TSR_OK)
+        if ((st = exchange(m, right, acc + LO(sc), LEN(sc), left, acc + LO(rc), LEN(rc),
+                           tag + P + s, false)) != TSR_OK)
             return st;
     }
     return TSR_OK;

@@ -1,22 +1,24 @@
 /* rpc_server/session_peer.c — server-to-server links (protocol version 2):
  * MESH_JOIN (a client joins the servers it uses into a mesh), PEER_ATTACH
- * (a peer server's connection becomes a link of that mesh), the links'
- * reader threads and message queues, and PEER_SEND / PEER_RECV (a copy
- * whose bytes go straight from one server to the other; the client only
- * orders it).
+ * (a peer server's connection becomes a link of that mesh), sending and
+ * receiving messages on links, and PEER_SEND / PEER_RECV (a copy whose bytes
+ * go straight from one server to the other; the client only orders it).
  *
  * Not the all-reduce (session_collective.c), which uses the same links.
  * Key design choices: a mesh belongs to one client session, so links, like
  * handles, are never shared between clients; a peer proves itself like a
  * client (token, TLS) and then must name the mesh's random 32-byte ticket,
- * which only the client and the mesh's servers know. Every link has a
- * reader thread that always drains its socket into reused message buffers,
- * so sends never wait for the receiver's session to get to them.
+ * which only the client and the mesh's servers know. Only the session's
+ * own thread touches its links: it reads a link itself when it waits for a
+ * message from it (the transport wakes it directly, no hand-off between
+ * threads), and an exchange starts its send, receives, then waits for the
+ * send, so two servers sending to each other never both wait. This cannot
+ * deadlock because every server runs the commands in the one order the
+ * client issued them: the earliest blocked receive always has its send
+ * under way on the other server.
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,21 +35,19 @@
  * is an error reply, not a dead connection. */
 #define MESH_WAIT_MS 4000
 #define DIAL_TIMEOUT_MS 3000
-#define SPIN_YIELDS 64 /* sched_yield()s before a wait for a message sleeps */
 
 struct srv_link {
     srv_mesh *mesh;
     uint32_t peer;
     rpc_io *io; /* owned by the link */
-    pthread_t reader;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    srv_msg *head, *tail; /* received, not yet taken */
-    srv_msg *pool;        /* buffers for reuse */
+    rpc_reader rd;
+    uint8_t hb[RPC_HDR_SIZE]; /* the header of a started send */
+    bool sending;             /* a send was started and not waited for */
+    srv_msg *head, *tail;     /* read while waiting for another tag */
+    srv_msg *pool;            /* buffers for reuse */
     int n_pool;
     bool dead;
-    char why[200];            /* why the link died */
-    _Atomic uint64_t arrived; /* messages queued so far (read without the lock) */
+    char why[200]; /* why the link died */
 };
 
 struct srv_mesh {
@@ -55,7 +55,7 @@ struct srv_mesh {
     uint8_t ticket[RPC_TICKET_SIZE];
     uint32_t rank, n;
     int timeout_ms, io_timeout_ms;
-    pthread_mutex_t mu; /* links[] */
+    pthread_mutex_t mu; /* links[], while peers attach */
     pthread_cond_t cv;
     srv_link *links[RPC_MESH_MAX];
 };
@@ -103,7 +103,6 @@ static void msg_free(srv_msg *m)
 /* A buffer of at least n bytes: a pooled one when one is big enough. */
 static srv_msg *msg_get(srv_link *l, size_t n)
 {
-    pthread_mutex_lock(&l->mu);
     srv_msg **pp = &l->pool, *m = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= n)
@@ -115,7 +114,6 @@ static srv_msg *msg_get(srv_link *l, size_t n)
         *pp = m->next;
         l->n_pool--;
     }
-    pthread_mutex_unlock(&l->mu);
     if (!m && !(m = calloc(1, sizeof(*m))))
         return NULL;
     if (m->cap < n) {
@@ -132,90 +130,62 @@ static srv_msg *msg_get(srv_link *l, size_t n)
     return m;
 }
 
-static void link_fail(srv_link *l, const char *why)
+static tsr_status link_fail(srv_link *l, tsr_status st, const char *why)
 {
-    pthread_mutex_lock(&l->mu);
     if (!l->dead) {
         l->dead = true;
         snprintf(l->why, sizeof(l->why), "%s", why);
+        l->io->shutdown(l->io);
     }
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
+    return tsr__error(st, "the link with rank %u: %s", l->peer, l->why);
 }
 
-/* The reader: PEER_DATA frames into the queue until the link closes. */
-static void *link_main(void *arg)
+/* Reads the next PEER_DATA message of the link (waiting up to timeout_ms). */
+static tsr_status link_read(srv_link *l, int timeout_ms, srv_msg **out)
 {
-    srv_link *l = arg;
-    rpc_reader rd;
-    char why[200] = "out of memory";
-    if (!tsr__rpc_reader_init(&rd, l->io, LINK_READ_BUF)) {
-        link_fail(l, why);
-        return NULL;
+    uint8_t hb[RPC_HDR_SIZE];
+    char why[200];
+    tsr_status st = tsr__rpc_read(&l->rd, hb, sizeof(hb), timeout_ms);
+    if (st == TSR_ETIMEDOUT)
+        return tsr__error(TSR_ETIMEDOUT, "nothing from rank %u within %d ms", l->peer, timeout_ms);
+    if (st != TSR_OK) {
+        snprintf(why, sizeof(why), "connection lost (%s)", l->io->err);
+        return link_fail(l, TSR_EDEVICE, why);
     }
-    for (;;) {
-        uint8_t hb[RPC_HDR_SIZE];
-        tsr_status st = tsr__rpc_read(&rd, hb, sizeof(hb), -1);
-        if (st != TSR_OK) {
-            snprintf(why, sizeof(why), "connection lost (%s)", l->io->err);
-            break;
-        }
-        rpc_hdr h;
-        tsr__rpc_hdr_decode(hb, &h);
-        if (h.magic != RPC_MAGIC || h.cmd != RPC_CMD_PEER_DATA || h.flags != 0 || h.status != 0 ||
-            h.length > RPC_PEER_DATA_MAX) {
-            snprintf(why, sizeof(why), "a frame that is not PEER_DATA (command 0x%x, %llu bytes)",
-                     h.cmd, (unsigned long long)h.length);
-            break;
-        }
-        srv_msg *m = msg_get(l, (size_t)h.length);
-        if (!m) {
-            snprintf(why, sizeof(why), "out of memory for a %llu-byte message",
-                     (unsigned long long)h.length);
-            break;
-        }
-        st = tsr__rpc_read(&rd, m->data, m->len, l->mesh->io_timeout_ms);
-        if (st != TSR_OK) {
-            snprintf(why, sizeof(why), "connection lost in a %zu-byte message (%s)", m->len,
-                     l->io->err);
-            msg_free(m);
-            break;
-        }
-        m->tag = h.id;
-        pthread_mutex_lock(&l->mu);
-        if (l->tail)
-            l->tail->next = m;
-        else
-            l->head = m;
-        l->tail = m;
-        atomic_fetch_add(&l->arrived, 1);
-        pthread_cond_broadcast(&l->cv);
-        pthread_mutex_unlock(&l->mu);
+    rpc_hdr h;
+    tsr__rpc_hdr_decode(hb, &h);
+    if (h.magic != RPC_MAGIC || h.cmd != RPC_CMD_PEER_DATA || h.flags != 0 || h.status != 0 ||
+        h.length > RPC_PEER_DATA_MAX) {
+        snprintf(why, sizeof(why), "a frame that is not PEER_DATA (command 0x%x, %llu bytes)",
+                 h.cmd, (unsigned long long)h.length);
+        return link_fail(l, TSR_EPROTO, why);
     }
-    tsr__rpc_reader_free(&rd);
-    link_fail(l, why);
-    return NULL;
+    srv_msg *m = msg_get(l, (size_t)h.length);
+    if (!m)
+        return tsr__error(TSR_ENOMEM, "a %llu-byte message from rank %u",
+                          (unsigned long long)h.length, l->peer);
+    if ((st = tsr__rpc_read(&l->rd, m->data, m->len, l->mesh->io_timeout_ms)) != TSR_OK) {
+        msg_free(m);
+        snprintf(why, sizeof(why), "connection lost in a message (%s)", l->io->err);
+        return link_fail(l, TSR_EDEVICE, why);
+    }
+    m->tag = h.id;
+    *out = m;
+    return TSR_OK;
 }
 
-/* Installs a link to `peer` over io (which it then owns) and starts its
- * reader. The caller holds m->mu. */
+/* Installs a link to `peer` over io (which it then owns). The caller holds m->mu. */
 static tsr_status link_start(srv_mesh *m, uint32_t peer, rpc_io *io)
 {
     srv_link *l = calloc(1, sizeof(*l));
-    if (!l) {
+    if (!l || !io->send_start || !tsr__rpc_reader_init(&l->rd, io, LINK_READ_BUF)) {
+        free(l);
         io->free(io);
         return tsr__error(TSR_ENOMEM, "peer link");
     }
-    *l = (srv_link){.mesh = m, .peer = peer, .io = io};
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    if (pthread_create(&l->reader, NULL, link_main, l) != 0) {
-        io->free(io);
-        pthread_mutex_destroy(&l->mu);
-        pthread_cond_destroy(&l->cv);
-        free(l);
-        return tsr__error(TSR_ENOMEM, "peer link: no thread");
-    }
+    l->mesh = m;
+    l->peer = peer;
+    l->io = io;
     m->links[peer] = l;
     pthread_cond_broadcast(&m->cv);
     return TSR_OK;
@@ -224,8 +194,8 @@ static tsr_status link_start(srv_mesh *m, uint32_t peer, rpc_io *io)
 static void link_free(srv_link *l)
 {
     l->io->shutdown(l->io);
-    pthread_join(l->reader, NULL);
     l->io->free(l->io);
+    tsr__rpc_reader_free(&l->rd);
     for (srv_msg *m = l->head, *n; m; m = n) {
         n = m->next;
         msg_free(m);
@@ -234,8 +204,6 @@ static void link_free(srv_link *l)
         n = m->next;
         msg_free(m);
     }
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
     free(l);
 }
 
@@ -248,29 +216,49 @@ static srv_link *link_of(srv_mesh *m, uint32_t peer, const char *what)
     return l;
 }
 
-tsr_status tsr__srv_peer_send(srv_mesh *m, uint32_t to, uint64_t tag, const void *p, size_t n)
+tsr_status tsr__srv_peer_send_start(srv_mesh *m, uint32_t to, uint64_t tag, const void *p, size_t n)
 {
     srv_link *l = link_of(m, to, "PEER_DATA");
     if (!l)
         return TSR_EINVAL;
-    pthread_mutex_lock(&l->mu);
-    const bool dead = l->dead;
-    pthread_mutex_unlock(&l->mu);
-    if (dead)
-        return tsr__error(TSR_EDEVICE, "the link to rank %u is down: %s", to, l->why);
+    if (l->dead)
+        return tsr__error(TSR_EDEVICE, "the link with rank %u is down: %s", to, l->why);
+    tsr_status st = tsr__srv_peer_send_wait(m, to);
+    if (st != TSR_OK)
+        return st;
     const rpc_hdr h = {
         .magic = RPC_MAGIC, .version = 2, .cmd = RPC_CMD_PEER_DATA, .id = tag, .length = n};
-    uint8_t hb[RPC_HDR_SIZE];
-    tsr__rpc_hdr_encode(&h, hb);
-    const rpc_iov iov[2] = {{hb, sizeof(hb)}, {p, n}};
-    const tsr_status st = l->io->send_all(l->io, iov, n ? 2 : 1, m->io_timeout_ms);
-    if (st != TSR_OK) {
+    tsr__rpc_hdr_encode(&h, l->hb);
+    const rpc_iov iov[2] = {{l->hb, sizeof(l->hb)}, {p, n}};
+    if ((st = l->io->send_start(l->io, iov, 2, m->io_timeout_ms)) != TSR_OK) {
         char why[200];
         snprintf(why, sizeof(why), "sending failed (%s)", l->io->err);
-        link_fail(l, why);
-        return tsr__error(TSR_EDEVICE, "sending %zu bytes to rank %u: %s", n, to, l->io->err);
+        return link_fail(l, TSR_EDEVICE, why);
+    }
+    l->sending = true;
+    return TSR_OK;
+}
+
+tsr_status tsr__srv_peer_send_wait(srv_mesh *m, uint32_t to)
+{
+    srv_link *l = link_of(m, to, "PEER_DATA");
+    if (!l)
+        return TSR_EINVAL;
+    if (!l->sending)
+        return TSR_OK;
+    l->sending = false;
+    if (l->io->send_wait(l->io) != TSR_OK) {
+        char why[200];
+        snprintf(why, sizeof(why), "sending failed (%s)", l->io->err);
+        return link_fail(l, TSR_EDEVICE, why);
     }
     return TSR_OK;
+}
+
+tsr_status tsr__srv_peer_send(srv_mesh *m, uint32_t to, uint64_t tag, const void *p, size_t n)
+{
+    const tsr_status st = tsr__srv_peer_send_start(m, to, tag, p, n);
+    return st == TSR_OK ? tsr__srv_peer_send_wait(m, to) : st;
 }
 
 tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg **out)
@@ -279,68 +267,50 @@ tsr_status tsr__srv_peer_take(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg 
     srv_link *l = link_of(m, from, "PEER_RECV");
     if (!l)
         return TSR_EINVAL;
-    const struct timespec until = deadline_in(m->timeout_ms);
-    tsr_status st = TSR_OK;
-    int spins = 0;
-    pthread_mutex_lock(&l->mu);
-    for (;;) {
-        srv_msg *prev = NULL;
-        for (srv_msg *x = l->head; x; prev = x, x = x->next) {
-            if (x->tag != tag)
-                continue;
-            if (prev)
-                prev->next = x->next;
-            else
-                l->head = x->next;
-            if (l->tail == x)
-                l->tail = prev;
-            x->next = NULL;
-            *out = x;
-            break;
-        }
-        if (*out)
-            break;
-        if (l->dead) {
-            st = tsr__error(TSR_EDEVICE, "the link from rank %u is down: %s", from, l->why);
-            break;
-        }
-        /* A message due within microseconds (an all-reduce step): yield the
-         * core a few times before sleeping, so the reader that delivers it
-         * runs and no wake-up is paid. */
-        if (spins < SPIN_YIELDS) {
-            const uint64_t seen = atomic_load(&l->arrived);
-            pthread_mutex_unlock(&l->mu);
-            for (; spins < SPIN_YIELDS && atomic_load(&l->arrived) == seen; spins++)
-                sched_yield();
-            pthread_mutex_lock(&l->mu);
+    /* Read before (normally the queue is empty: messages arrive in the
+     * order they are wanted). */
+    for (srv_msg *x = l->head, *prev = NULL; x; prev = x, x = x->next) {
+        if (x->tag != tag)
             continue;
-        }
-        if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT) {
-            st = tsr__error(TSR_ETIMEDOUT, "no data tagged %llu from rank %u within %d ms",
-                            (unsigned long long)tag, from, m->timeout_ms);
-            break;
-        }
+        if (prev)
+            prev->next = x->next;
+        else
+            l->head = x->next;
+        if (l->tail == x)
+            l->tail = prev;
+        x->next = NULL;
+        *out = x;
+        return TSR_OK;
     }
-    pthread_mutex_unlock(&l->mu);
-    return st;
+    if (l->dead)
+        return tsr__error(TSR_EDEVICE, "the link with rank %u is down: %s", from, l->why);
+    for (;;) {
+        srv_msg *x;
+        const tsr_status st = link_read(l, m->timeout_ms, &x);
+        if (st != TSR_OK)
+            return st;
+        if (x->tag == tag) {
+            *out = x;
+            return TSR_OK;
+        }
+        if (l->tail)
+            l->tail->next = x;
+        else
+            l->head = x;
+        l->tail = x;
+    }
 }
 
 void tsr__srv_peer_done(srv_mesh *m, uint32_t from, srv_msg *msg)
 {
     srv_link *l = from < m->n ? m->links[from] : NULL;
-    if (!l || !msg) {
+    if (!l || !msg || l->n_pool >= POOL_KEEP) {
         msg_free(msg);
         return;
     }
-    pthread_mutex_lock(&l->mu);
-    if (l->n_pool < POOL_KEEP) {
-        msg->next = l->pool;
-        l->pool = msg;
-        l->n_pool++;
-        msg = NULL;
-    }
-    pthread_mutex_unlock(&l->mu);
-    msg_free(msg);
+    msg->next = l->pool;
+    l->pool = msg;
+    l->n_pool++;
 }
 
 /* ---- meshes -----------------------------------------------------------------------------------

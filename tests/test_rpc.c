@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -533,6 +534,11 @@ Test(rpc, a_stopped_server_turns_into_a_timeout_not_a_hang, .timeout = 60)
     cr_assert_eq(tsr_ctx_alloc_tensors(ctx, tsr_dev_buft(r.dev), &buf), TSR_OK);
     float v[1024] = {0};
     kill(r.srv.pid, SIGSTOP);
+    /* A signal lands when it lands: wait until the server is really stopped
+     * (it is our child), or the read may still be answered. */
+    int ws = 0;
+    cr_assert_eq(waitpid(r.srv.pid, &ws, WUNTRACED), r.srv.pid);
+    cr_assert(WIFSTOPPED(ws));
     const uint64_t t0 = tsr__time_ns();
     cr_expect_eq(tsr_tensor_get(x, v, 0, sizeof(v)), TSR_ETIMEDOUT);
     const double s = (double)(tsr__time_ns() - t0) * 1e-9;

@@ -235,6 +235,14 @@ typedef struct {
     nng_aio *raio, *saio;
     pthread_mutex_t mu;
     bool closed;
+    /* A started send (send_start): small ones are sent at once, large ones
+     * go on in the background (caio's callback sends what is left). */
+    rpc_iov pend[4];
+    int n_pend, pend_timeout;
+    bool pend_active, pend_async, pend_done;
+    int pend_rv;
+    nng_aio *caio;
+    pthread_cond_t pend_cv;
 } nng_io;
 
 /* Starts op on aio unless the connection is shut; false when it is. */
@@ -330,6 +338,87 @@ static tsr_status nng_io_send_all(rpc_io *io, const rpc_iov *iov, int n, int tim
     return TSR_OK;
 }
 
+/* Skips `sent` bytes of pend[]; true while some are left (v/k: the rest). */
+static bool pend_advance(nng_io *c, size_t sent, nng_iov *v, unsigned *k)
+{
+    int n = 0;
+    for (int i = 0; i < c->n_pend; i++) {
+        const size_t skip = sent < c->pend[i].n ? sent : c->pend[i].n;
+        sent -= skip;
+        if (c->pend[i].n > skip)
+            c->pend[n++] = (rpc_iov){(const char *)c->pend[i].p + skip, c->pend[i].n - skip};
+    }
+    c->n_pend = n;
+    *k = 0;
+    for (int i = 0; i < n; i++)
+        v[(*k)++] = (nng_iov){.iov_buf = (void *)c->pend[i].p, .iov_len = c->pend[i].n};
+    return n > 0;
+}
+
+/* A large started send: on NNG's thread, sends what is left. */
+static void nng_io_send_more(void *arg)
+{
+    nng_io *c = arg;
+    pthread_mutex_lock(&c->mu);
+    const int rv = nng_aio_result(c->caio);
+    nng_iov v[4];
+    unsigned k;
+    if (rv == 0 && pend_advance(c, nng_aio_count(c->caio), v, &k) && !c->closed) {
+        nng_aio_set_iov(c->caio, k, v);
+        nng_stream_send(c->s, c->caio);
+    } else {
+        c->pend_rv = rv ? rv : c->n_pend ? NNG_ECLOSED : 0;
+        c->pend_done = true;
+        pthread_cond_broadcast(&c->pend_cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+#define SEND_AT_ONCE (64u << 10) /* smaller sends fit the sockets' buffers: sent at once */
+
+static tsr_status nng_io_send_start(rpc_io *io, const rpc_iov *iov, int n, int timeout_ms)
+{
+    nng_io *c = (nng_io *)io;
+    size_t total = 0;
+    c->n_pend = n < 4 ? n : 4;
+    for (int i = 0; i < c->n_pend; i++) {
+        c->pend[i] = iov[i];
+        total += iov[i].n;
+    }
+    c->pend_timeout = timeout_ms;
+    if (total <= SEND_AT_ONCE)
+        return nng_io_send_all(io, c->pend, c->n_pend, timeout_ms);
+    if (!c->caio && nng_aio_alloc(&c->caio, nng_io_send_more, c) != 0)
+        return nng_io_send_all(io, c->pend, c->n_pend, timeout_ms);
+    nng_iov v[4];
+    unsigned k;
+    pend_advance(c, 0, v, &k);
+    nng_aio_set_iov(c->caio, k, v);
+    nng_aio_set_timeout(c->caio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    c->pend_done = false;
+    c->pend_rv = 0;
+    if (!io_start(c, c->caio, false)) {
+        snprintf(c->io.err, sizeof(c->io.err), "send: the connection was shut down");
+        return TSR_ECLOSED;
+    }
+    c->pend_active = true;
+    return TSR_OK;
+}
+
+static tsr_status nng_io_send_wait(rpc_io *io)
+{
+    nng_io *c = (nng_io *)io;
+    if (!c->pend_active)
+        return TSR_OK;
+    c->pend_active = false;
+    pthread_mutex_lock(&c->mu);
+    while (!c->pend_done)
+        pthread_cond_wait(&c->pend_cv, &c->mu);
+    const int rv = c->pend_rv;
+    pthread_mutex_unlock(&c->mu);
+    return rv ? map_io_error(c, rv, "send") : TSR_OK;
+}
+
 static void nng_io_shutdown(rpc_io *io)
 {
     nng_io *c = (nng_io *)io;
@@ -337,6 +426,8 @@ static void nng_io_shutdown(rpc_io *io)
     c->closed = true;
     nng_aio_abort(c->raio, NNG_ECLOSED);
     nng_aio_abort(c->saio, NNG_ECLOSED);
+    if (c->caio)
+        nng_aio_abort(c->caio, NNG_ECLOSED);
     pthread_mutex_unlock(&c->mu);
     nng_stream_close(c->s);
 }
@@ -347,9 +438,14 @@ static void nng_io_free(rpc_io *io)
     if (!c)
         return;
     nng_io_shutdown(io);
+    if (c->caio)
+        nng_aio_stop(c->caio);
     nng_stream_free(c->s);
     nng_aio_free(c->raio);
     nng_aio_free(c->saio);
+    if (c->caio)
+        nng_aio_free(c->caio);
+    pthread_cond_destroy(&c->pend_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -368,8 +464,11 @@ static tsr_status wrap_stream(nng_stream *s, const char *url, rpc_io **out)
     }
     c->s = s;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->pend_cv, NULL);
     c->io = (rpc_io){.recv_some = nng_io_recv_some,
                      .send_all = nng_io_send_all,
+                     .send_start = nng_io_send_start,
+                     .send_wait = nng_io_send_wait,
                      .shutdown = nng_io_shutdown,
                      .free = nng_io_free};
     /* Small frames go out at once: the protocol batches them itself. */

@@ -37,6 +37,12 @@ struct rpc_io {
     /* Sends every byte of iov[0..n). TSR_OK, TSR_ECLOSED, TSR_ETIMEDOUT or
      * TSR_EIO (the connection is then unusable). Blocks. */
     tsr_status (*send_all)(rpc_io *io, const rpc_iov *iov, int n, int timeout_ms);
+    /* send_all in two halves: starts sending iov[0..n) (n <= 4; the memory
+     * must stay as it is) and returns; send_wait finishes it, with the same
+     * results as send_all. One at a time, not mixed with send_all. NULL for
+     * transports without it. */
+    tsr_status (*send_start)(rpc_io *io, const rpc_iov *iov, int n, int timeout_ms);
+    tsr_status (*send_wait)(rpc_io *io);
     /* Makes pending and later calls fail with TSR_ECLOSED; callable from any
      * thread while another is blocked in a call. */
     void (*shutdown)(rpc_io *io);
