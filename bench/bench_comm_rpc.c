@@ -9,8 +9,9 @@
  *
  *   latency    — enqueue on every stream + synchronize them all: includes
  *                the client's round trip to each server;
- *   pipelined  — 16 all-reduces enqueued back to back, then one synchronize,
- *                per all-reduce: what a decode step pays, since the client
+ *   pipelined  — 44 all-reduces (as many as a TinyLlama decode step has)
+ *                enqueued back to back, then one synchronize, per
+ *                all-reduce: what a decode step pays, since the client
  *                never waits between them (the target compares this at
  *                16 KiB with 3 raw one-way latencies).
  *
@@ -31,7 +32,7 @@
 #include "tessera/rpc.h"
 #include "tessera/tessera.h"
 
-#define PIPE 16
+#define PIPE 44 /* all-reduces per TinyLlama decode step: the pipeline a decode step makes */
 
 static raw_server raw_tcp, raw_ipc;
 static char dir[256];
