@@ -196,7 +196,8 @@ Test(rpc_fuzz_live, a_server_survives_100k_random_and_mutated_frames_and_still_s
      .timeout = 900)
 {
     const long want = tsr__env_long("TSR_RPC_FUZZ_FRAMES", 120000);
-    const char *const args[] = {"--device", "cpu:0", "--max-memory", "16M", NULL};
+    /* --no-peers: a mutated MESH_JOIN must not make the server dial out. */
+    const char *const args[] = {"--device", "cpu:0", "--max-memory", "16M", "--no-peers", NULL};
     rt_server s;
     cr_assert(rt_server_start(&s, NULL, args));
     rpc_wr setup = {0}, base = {0};
