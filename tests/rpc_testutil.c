@@ -176,6 +176,25 @@ tsr_status rt_raw_connect(rt_raw *c, const char *url, bool hello)
     return st != TSR_OK ? st : (tsr_status)h.status;
 }
 
+tsr_status rt_raw_connect_v2(rt_raw *c, const char *url)
+{
+    tsr_status st = rt_raw_connect(c, url, false);
+    if (st != TSR_OK)
+        return st;
+    uint8_t p[48] = {0}, reply[64];
+    rpc_wr w = {.p = p, .cap = sizeof(p)};
+    rpc_wr_u16(&w, 1);
+    rpc_wr_u16(&w, 2);
+    rpc_hdr h;
+    size_t got;
+    st = rt_raw_call(c, RPC_CMD_HELLO, p, sizeof(p), &h, reply, sizeof(reply), &got, NULL, 0);
+    if (st != TSR_OK || h.status != TSR_OK)
+        return st != TSR_OK ? st : (tsr_status)h.status;
+    rpc_rd r = rpc_rd_init(reply, got);
+    c->version = rpc_rd_u16(&r);
+    return c->version == 2 ? TSR_OK : TSR_EPROTO;
+}
+
 void rt_raw_close(rt_raw *c)
 {
     if (c->io)
@@ -206,6 +225,10 @@ tsr_status rt_raw_send(rt_raw *c, uint16_t cmd, uint32_t flags, const void *payl
     rpc_wr w = {0};
     const uint64_t i = ++c->next_id;
     rt_frame(&w, cmd, flags, i, payload, len);
+    if (c->version > 1 && w.len >= 6) { /* the header's version field (bytes 4..5) */
+        w.p[4] = (uint8_t)(c->version & 0xff);
+        w.p[5] = (uint8_t)(c->version >> 8);
+    }
     if (id)
         *id = i;
     const tsr_status st = w.bad ? TSR_ENOMEM : rt_raw_write(c, w.p, w.len);

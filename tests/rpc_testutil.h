@@ -49,10 +49,13 @@ typedef struct rt_raw {
     rpc_io *io;
     rpc_reader rd;
     uint64_t next_id;
+    uint16_t version; /* of the frames it sends: 0 means 1 */
 } rt_raw;
 
 /* Connects; with hello, also does HELLO (version 1, no token). */
 tsr_status rt_raw_connect(rt_raw *c, const char *url, bool hello);
+/* Connects and negotiates protocol version 2 (no token); later frames carry 2. */
+tsr_status rt_raw_connect_v2(rt_raw *c, const char *url);
 void rt_raw_close(rt_raw *c);
 /* Sends raw bytes as they are. */
 tsr_status rt_raw_write(rt_raw *c, const void *p, size_t n);

@@ -220,6 +220,85 @@ Test(rpc_server, every_bad_request_gets_a_status_and_a_reason_and_the_connection
     cr_expect_eq(rt_server_stop(&s), 0);
 }
 
+/* Version 2 (server to server) commands are checked like the rest: refused
+ * on a version-1 connection, every field validated, the connection goes on. */
+Test(rpc_server, version_2_commands_are_checked_like_the_rest, .timeout = 60)
+{
+    rt_server s;
+    cr_assert(rt_server_start(&s, NULL, cpu0_args));
+    rt_raw c1, c;
+    cr_assert_eq(rt_raw_connect(&c1, s.url, true), TSR_OK);
+    uint8_t p[512] = {0};
+    expect_refused(&c1, RPC_CMD_MESH_JOIN, p, 40, TSR_EUNSUPPORTED, "needs protocol version 2",
+                   "MESH_JOIN on a version-1 connection");
+    expect_ping(&c1);
+    rt_raw_close(&c1);
+    cr_assert_eq(rt_raw_connect_v2(&c, s.url), TSR_OK, "%s", tsr_last_error());
+    /* MESH_JOIN: ticket[32], rank, n, n x (u16 length, endpoint). */
+    struct {
+        uint32_t rank, n;
+        const char *urls[2];
+        size_t extra;
+        const char *needle, *what;
+    } joins[] = {{0, 1, {"tcp://127.0.0.1:1"}, 0, "of 1 servers", "a mesh of one"},
+                 {2, 2, {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"}, 0, "rank 2 of 2", "rank >= n"},
+                 {0, 2, {"", "tcp://127.0.0.1:2"}, 0, "endpoint 0", "an empty endpoint"},
+                 {0, 2, {"ftp://x:1", "tcp://127.0.0.1:2"}, 0, "endpoint 0", "an unknown scheme"},
+                 {0,
+                  2,
+                  {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"},
+                  3,
+                  "after the last endpoint",
+                  "trailing bytes"}};
+    for (size_t k = 0; k < sizeof(joins) / sizeof(joins[0]); k++) {
+        rpc_wr w = {.p = p, .cap = sizeof(p)};
+        rpc_wr_bytes(&w, (const uint8_t[32]){1, 2, 3}, 32);
+        rpc_wr_u32(&w, joins[k].rank);
+        rpc_wr_u32(&w, joins[k].n);
+        for (uint32_t i = 0; i < joins[k].n; i++) {
+            rpc_wr_u16(&w, (uint16_t)strlen(joins[k].urls[i]));
+            rpc_wr_bytes(&w, joins[k].urls[i], strlen(joins[k].urls[i]));
+        }
+        rpc_wr_bytes(&w, "\0\0\0", joins[k].extra);
+        expect_refused(&c, RPC_CMD_MESH_JOIN, p, w.len, TSR_EINVAL, joins[k].needle, joins[k].what);
+    }
+    /* PEER_SEND / PEER_RECV without a mesh, and a PEER_DATA on a session. */
+    memset(p, 0, 48);
+    expect_refused(&c, RPC_CMD_PEER_SEND, p, 48, TSR_EINVAL, "no mesh", "PEER_SEND, no mesh");
+    expect_refused(&c, RPC_CMD_PEER_RECV, p, 47, TSR_EINVAL, "48 bytes", "PEER_RECV, short");
+    expect_refused(&c, RPC_CMD_PEER_DATA, NULL, 0, TSR_EPROTO, "outside a peer link",
+                   "PEER_DATA on a session");
+    /* ALLREDUCE: tag, type, n_local, n, n_group, 0, ranks, (stream, buffer, offset) each. */
+    struct {
+        uint32_t type, n_local, n_group;
+        tsr_status status;
+        const char *needle, *what;
+    } ars[] = {{TSR_TYPE_Q8_0, 1, 1, TSR_ETYPE, "F32, F16 or BF16", "a block type"},
+               {TSR_TYPE_F32, 0, 1, TSR_EINVAL, "0 local tensors", "no tensors"},
+               {TSR_TYPE_F32, 1, 2, TSR_EINVAL, "no MESH_JOIN yet", "a group without a mesh"},
+               {TSR_TYPE_F32, 1, 1, TSR_EINVAL, "not a stream", "a handle of no stream"}};
+    for (size_t k = 0; k < sizeof(ars) / sizeof(ars[0]); k++) {
+        rpc_wr w = {.p = p, .cap = sizeof(p)};
+        rpc_wr_u64(&w, 256);
+        rpc_wr_u32(&w, ars[k].type);
+        rpc_wr_u32(&w, ars[k].n_local);
+        rpc_wr_u64(&w, 64);
+        rpc_wr_u32(&w, ars[k].n_group);
+        rpc_wr_u32(&w, 0);
+        for (uint32_t i = 0; i < ars[k].n_group; i++)
+            rpc_wr_u32(&w, i);
+        for (uint32_t i = 0; i < ars[k].n_local; i++) {
+            rpc_wr_u64(&w, 0x0200000100000777ull);
+            rpc_wr_u64(&w, 0x0100000100000778ull);
+            rpc_wr_u64(&w, 0);
+        }
+        expect_refused(&c, RPC_CMD_ALLREDUCE, p, w.len, ars[k].status, ars[k].needle, ars[k].what);
+    }
+    expect_ping(&c);
+    rt_raw_close(&c);
+    cr_expect_eq(rt_server_stop(&s), 0);
+}
+
 Test(rpc_server, broken_framing_ends_only_that_connection, .timeout = 60)
 {
     rt_server s;
