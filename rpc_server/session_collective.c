@@ -72,14 +72,12 @@ static tsr_status send_f32(srv_mesh *m, uint32_t to, uint64_t tag, const float *
     return tsr__srv_peer_send(m, to, tag, p, n * sizeof(float));
 }
 
-/* Takes the n floats tagged `tag` from `from` and adds them to (or copies
- * them over) acc. */
-static tsr_status recv_f32(srv_mesh *m, uint32_t from, uint64_t tag, float *acc, size_t n, bool add)
+/* A received message of n floats from `from`: checked, added to (or copied
+ * over) acc, and given back. */
+static tsr_status apply(srv_mesh *m, uint32_t from, uint64_t tag, srv_msg *msg, float *acc,
+                        size_t n, bool add)
 {
-    srv_msg *msg;
-    tsr_status st = tsr__srv_peer_take(m, from, tag, &msg);
-    if (st != TSR_OK)
-        return st;
+    tsr_status st = TSR_OK;
     if (msg->len != n * sizeof(float))
         st = tsr__error(TSR_EINVAL, "ALLREDUCE: rank %u sent %zu bytes for step %u; %zu expected",
                         from, msg->len, (unsigned)(tag & 0xff), n * sizeof(float));
@@ -87,6 +85,14 @@ static tsr_status recv_f32(srv_mesh *m, uint32_t from, uint64_t tag, float *acc,
         load_f32(TSR_TYPE_F32, msg->data, acc, n, add);
     tsr__srv_peer_done(m, from, msg);
     return st;
+}
+
+/* Takes the n floats tagged `tag` from `from` into acc. */
+static tsr_status recv_f32(srv_mesh *m, uint32_t from, uint64_t tag, float *acc, size_t n, bool add)
+{
+    srv_msg *msg;
+    const tsr_status st = tsr__srv_peer_take(m, from, tag, &msg);
+    return st == TSR_OK ? apply(m, from, tag, msg, acc, n, add) : st;
 }
 
 /* One step of an exchange: sends n_s floats to `to` while receiving n_r
@@ -102,15 +108,12 @@ static tsr_status exchange(srv_mesh *m, uint32_t to, const float *src, size_t n_
     if (st == TSR_OK)
         st = tsr__srv_peer_take(m, from, tag, &msg);
     const tsr_status ws = tsr__srv_peer_send_wait(m, to);
-    if (st == TSR_OK)
-        st = ws;
-    if (st == TSR_OK && msg->len != n_r * sizeof(float))
-        st = tsr__error(TSR_EINVAL, "ALLREDUCE: rank %u sent %zu bytes for step %u; %zu expected",
-                        from, msg->len, (unsigned)(tag & 0xff), n_r * sizeof(float));
-    if (st == TSR_OK)
-        load_f32(TSR_TYPE_F32, msg->data, acc_r, n_r, add);
-    tsr__srv_peer_done(m, from, msg);
-    return st;
+    if (st != TSR_OK) {
+        tsr__srv_peer_done(m, from, msg);
+        return st;
+    }
+    st = apply(m, from, tag, msg, acc_r, n_r, add);
+    return ws != TSR_OK ? ws : st;
 }
 
 /* Recursive doubling over the P ranks g[] (this server is g[p]). */

@@ -68,14 +68,6 @@ static rpc_dev *dev_of(tsr_dev *d) { return d->context; }
 static void lock(rpc_conn *c) { pthread_mutex_lock(&c->mu); }
 static void unlock(rpc_conn *c) { pthread_mutex_unlock(&c->mu); }
 
-static void put_u64s(uint8_t *out, const uint64_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const uint64_t le = rpc_le64(v[i]);
-        memcpy(out + 8 * i, &le, 8);
-    }
-}
-
 /* Whether buf is a buffer of this connection; its handle and base. */
 static bool own_buf(void *ctx, const tsr_buf *buf, uint64_t *handle, uintptr_t *base)
 {
@@ -122,7 +114,7 @@ static void rpc_buf_free(tsr_buf *buf)
     lock(c);
     if (tsr__rpc_alive(c, b->d->who) == TSR_OK) {
         uint8_t f[8];
-        put_u64s(f, &b->handle, 1);
+        rpc_put_u64s(f, &b->handle, 1);
         /* Pipelined: a failure is reported at the next synchronize. */
         tsr__rpc_send(c, b->d->who, RPC_CMD_BUF_FREE, false, false, f, 8, NULL, 0, NULL);
     }
@@ -148,12 +140,12 @@ static tsr_status set_rows(const rpc_buf_ctx *b, uint64_t stream, bool want_repl
     lock(c);
     if (one_d) {
         const uint64_t v[4] = {stream, b->handle, off, (uint64_t)row * n_rows};
-        put_u64s(f, v, 4);
+        rpc_put_u64s(f, v, 4);
         st = tsr__rpc_send(c, who, RPC_CMD_TENSOR_SET, want_reply, false, f, 32, data, row * n_rows,
                            &id);
     } else {
         const uint64_t v[6] = {stream, b->handle, off, row, n_rows, t_stride};
-        put_u64s(f, v, 6);
+        rpc_put_u64s(f, v, 6);
         if (d_stride == row) {
             st = tsr__rpc_send(c, who, RPC_CMD_TENSOR_SET_2D, want_reply, false, f, 48, data,
                                row * n_rows, &id);
@@ -188,7 +180,7 @@ static tsr_status get_rows(const rpc_buf_ctx *b, uint64_t stream, uint64_t off, 
     const uint16_t cmd = two_d ? RPC_CMD_TENSOR_GET_2D : RPC_CMD_TENSOR_GET;
     uint8_t f[48];
     const uint64_t v[6] = {stream, b->handle, off, two_d ? row : row * n_rows, n_rows, t_stride};
-    put_u64s(f, v, 6);
+    rpc_put_u64s(f, v, 6);
     uint64_t id, len;
     lock(c);
     tsr_status st = tsr__rpc_send(c, who, cmd, true, true, f, two_d ? 48 : 32, NULL, 0, &id);
@@ -260,7 +252,7 @@ static tsr_status rpc_buf_memset(tsr_buf *buf, tsr_tensor *t, uint8_t value, siz
     const rpc_buf_ctx *b = bctx(buf);
     uint8_t f[40] = {0};
     const uint64_t v[4] = {0, b->handle, tensor_off(t, offset), size};
-    put_u64s(f, v, 4);
+    rpc_put_u64s(f, v, 4);
     f[32] = value;
     return simple_call(b->d, RPC_CMD_TENSOR_MEMSET, f, sizeof(f));
 }
@@ -282,7 +274,7 @@ static tsr_status copy_cmd(rpc_dev *d, uint64_t src_stream, uint64_t dst_stream,
                            dh,
                            (uintptr_t)dst->data - dbase,
                            tsr_nbytes(src)};
-    put_u64s(f, v, 7);
+    rpc_put_u64s(f, v, 7);
     if (want_reply)
         return simple_call(d, RPC_CMD_TENSOR_COPY, f, sizeof(f));
     lock(d->conn);
@@ -301,7 +293,7 @@ static tsr_status rpc_buf_clear(tsr_buf *buf, uint8_t value)
 {
     const rpc_buf_ctx *b = bctx(buf);
     uint8_t f[16] = {0};
-    put_u64s(f, &b->handle, 1);
+    rpc_put_u64s(f, &b->handle, 1);
     f[8] = value;
     return simple_call(b->d, RPC_CMD_BUF_CLEAR, f, sizeof(f));
 }
@@ -400,7 +392,7 @@ static void rpc_backend_free(tsr_backend *b)
     rpc_stream *s = sctx(b);
     rpc_conn *c = s->d->conn;
     uint8_t f[8];
-    put_u64s(f, &s->handle, 1);
+    rpc_put_u64s(f, &s->handle, 1);
     lock(c);
     if (tsr__rpc_alive(c, s->d->who) == TSR_OK) {
         uint64_t id;
@@ -492,7 +484,7 @@ static tsr_status rpc_get_async(tsr_backend *b, const tsr_tensor *t, void *data,
     /* Sent now, read at the next wait (a synchronize at the latest). */
     uint8_t f[32];
     const uint64_t v[4] = {s->handle, bctx(t->buffer)->handle, tensor_off(t, offset), size};
-    put_u64s(f, v, 4);
+    rpc_put_u64s(f, v, 4);
     lock(s->d->conn);
     const tsr_status st = tsr__rpc_get_later(s->d->conn, s->d->who, f, sizeof(f), data, size);
     unlock(s->d->conn);
@@ -610,7 +602,7 @@ static tsr_status event_cmd(rpc_dev *d, uint16_t cmd, uint64_t a, uint64_t b, in
 {
     uint8_t f[16];
     const uint64_t v[2] = {a, b};
-    put_u64s(f, v, n);
+    rpc_put_u64s(f, v, n);
     lock(d->conn);
     const tsr_status st =
         tsr__rpc_send(d->conn, d->who, cmd, false, false, f, (size_t)n * 8, NULL, 0, NULL);
@@ -706,6 +698,23 @@ static bool rpc_dev_supports_op(tsr_dev *d, const tsr_tensor *op)
            (dev_of(d)->info.op_mask >> op->op & 1);
 }
 
+/* STREAM_OPEN or EVENT_NEW on d: the server's handle of the new object.
+ * The caller holds the connection's mutex. */
+static tsr_status new_handle(rpc_dev *d, uint16_t cmd, uint64_t *handle)
+{
+    uint8_t f[8] = {0}, reply[8];
+    rpc_wr w = {.p = f, .cap = 8};
+    rpc_wr_u32(&w, d->info.index);
+    size_t got;
+    tsr_status st = tsr__rpc_call(d->conn, d->who, cmd, f, 8, reply, sizeof(reply), &got);
+    rpc_rd r = rpc_rd_init(reply, st == TSR_OK ? got : 0);
+    *handle = rpc_rd_u64(&r);
+    if (st == TSR_OK && r.bad)
+        st = tsr__error(TSR_EPROTO, "%s: %s reply of %zu bytes", d->who, tsr__rpc_cmd_name(cmd),
+                        got);
+    return st;
+}
+
 static tsr_status rpc_dev_backend_new(tsr_dev *dev, tsr_backend **out)
 {
     rpc_dev *d = dev_of(dev);
@@ -716,17 +725,8 @@ static tsr_status rpc_dev_backend_new(tsr_dev *dev, tsr_backend **out)
         free(s);
         return tsr__error(TSR_ENOMEM, "%s: stream objects", d->who);
     }
-    uint8_t f[8] = {0}, reply[8];
-    rpc_wr w = {.p = f, .cap = 8};
-    rpc_wr_u32(&w, d->info.index);
-    size_t got;
     lock(d->conn);
-    tsr_status st =
-        tsr__rpc_call(d->conn, d->who, RPC_CMD_STREAM_OPEN, f, 8, reply, sizeof(reply), &got);
-    rpc_rd r = rpc_rd_init(reply, st == TSR_OK ? got : 0);
-    s->handle = rpc_rd_u64(&r);
-    if (st == TSR_OK && r.bad)
-        st = tsr__error(TSR_EPROTO, "%s: STREAM_OPEN reply of %zu bytes", d->who, got);
+    tsr_status st = new_handle(d, RPC_CMD_STREAM_OPEN, &s->handle);
     s->sy = (rpc_sync){.handle = s->handle, .who = d->who};
     if (st == TSR_OK && !tsr__rpc_stream_add(d->conn, &s->sy))
         st = tsr__error(TSR_ENOMEM, "%s: stream list", d->who); /* the server frees it at exit */
@@ -754,18 +754,9 @@ static tsr_status rpc_dev_event_new(tsr_dev *dev, tsr_event **out)
         free(ec);
         return tsr__error(TSR_ENOMEM, "%s: event", d->who);
     }
-    uint8_t f[8] = {0}, reply[8];
-    rpc_wr w = {.p = f, .cap = 8};
-    rpc_wr_u32(&w, d->info.index);
-    size_t got;
     lock(d->conn);
-    tsr_status st =
-        tsr__rpc_call(d->conn, d->who, RPC_CMD_EVENT_NEW, f, 8, reply, sizeof(reply), &got);
+    tsr_status st = new_handle(d, RPC_CMD_EVENT_NEW, &ec->handle);
     unlock(d->conn);
-    rpc_rd r = rpc_rd_init(reply, st == TSR_OK ? got : 0);
-    ec->handle = rpc_rd_u64(&r);
-    if (st == TSR_OK && r.bad)
-        st = tsr__error(TSR_EPROTO, "%s: EVENT_NEW reply of %zu bytes", d->who, got);
     if (st != TSR_OK) {
         free(e);
         free(ec);
@@ -784,7 +775,7 @@ static void rpc_dev_event_free(tsr_dev *dev, tsr_event *e)
     lock(d->conn);
     if (tsr__rpc_alive(d->conn, d->who) == TSR_OK) {
         uint8_t f[8];
-        put_u64s(f, &ec->handle, 1);
+        rpc_put_u64s(f, &ec->handle, 1);
         tsr__rpc_send(d->conn, d->who, RPC_CMD_EVENT_FREE, false, false, f, 8, NULL, 0, NULL);
     }
     unlock(d->conn);
@@ -795,7 +786,7 @@ static void rpc_dev_event_free(tsr_dev *dev, tsr_event *e)
 static tsr_status rpc_dev_event_sync(tsr_dev *dev, tsr_event *e)
 {
     uint8_t f[8];
-    put_u64s(f, &((rpc_event_ctx *)e->context)->handle, 1);
+    rpc_put_u64s(f, &((rpc_event_ctx *)e->context)->handle, 1);
     return simple_call(dev_of(dev), RPC_CMD_EVENT_SYNC, f, 8);
 }
 

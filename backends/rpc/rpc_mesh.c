@@ -35,14 +35,6 @@ static struct {
     uint64_t next_tag;
 } mesh;
 
-static void put_u64s(uint8_t *out, const uint64_t *v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const uint64_t le = rpc_le64(v[i]);
-        memcpy(out + 8 * i, &le, 8);
-    }
-}
-
 /* Sends MESH_JOIN to every server (all requests first, then the replies:
  * each server waits for its peers to connect). The caller holds mesh_mu. */
 static tsr_status join(rpc_conn **cs, size_t n)
@@ -175,7 +167,7 @@ tsr_status tsr__rpc_copy_between(tsr_backend *src_b, tsr_backend *dst_b, const t
         sstream = 0; /* the server then waits for all of this client's streams */
     uint8_t f[48];
     uint64_t v[6] = {sstream, (uint64_t)(uint32_t)dc->mesh_rank, sbuf, soff, bytes, tag};
-    put_u64s(f, v, 6);
+    rpc_put_u64s(f, v, 6);
     pthread_mutex_lock(&sc->mu);
     tsr_status st =
         tsr__rpc_send(sc, sc->url, RPC_CMD_PEER_SEND, false, true, f, sizeof(f), NULL, 0, NULL);
@@ -188,7 +180,7 @@ tsr_status tsr__rpc_copy_between(tsr_backend *src_b, tsr_backend *dst_b, const t
     v[1] = (uint64_t)(uint32_t)sc->mesh_rank;
     v[2] = dbuf;
     v[3] = doff;
-    put_u64s(f, v, 6);
+    rpc_put_u64s(f, v, 6);
     pthread_mutex_lock(&dc->mu);
     st = tsr__rpc_send(dc, who, RPC_CMD_PEER_RECV, false, true, f, sizeof(f), NULL, 0, NULL);
     if (st == TSR_OK)

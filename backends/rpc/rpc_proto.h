@@ -265,6 +265,15 @@ RPC__WR(64)
 
 static inline void rpc_wr_u8(rpc_wr *w, uint8_t v) { rpc_wr_bytes(w, &v, 1); }
 
+/* n little-endian u64 fields into out (8n bytes): a request's fixed part. */
+static inline void rpc_put_u64s(uint8_t *out, const uint64_t *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const uint64_t le = rpc_le64(v[i]);
+        memcpy(out + 8 * i, &le, 8);
+    }
+}
+
 /* ---- codecs (rpc_wire.c) ------------------------------------------------------------------- */
 
 /* Header to its 32 wire bytes (inline: it runs once per frame). */
