@@ -657,9 +657,10 @@ Test(backend_ops, mul_mat_matches_reference, .timeout = 600)
                     add_case(&cs, c);
                 }
     /* Around the kernels' switch points: matrix-vector up to T = 8..32 by
-     * type, GEMM above; GEMM blocks of 256 rows and 256 k; 12-column tiles. */
-    const int64_t edge[][3] = {{520, 270, 17}, {96, 33, 33}, {64, 40, 9}, {288, 257, 25},
-                               {33, 100, 16},  {128, 31, 8}, {64, 12, 48}};
+     * type, GEMM above; GEMM blocks of 256 rows and 256 k; 12-column tiles;
+     * K = 100 leaves an odd number of texels for the texel GEMM. */
+    const int64_t edge[][3] = {{520, 270, 17}, {96, 33, 33}, {64, 40, 9},  {288, 257, 25},
+                               {33, 100, 16},  {128, 31, 8}, {64, 12, 48}, {100, 37, 21}};
     for (size_t t = 0; t < 4; t++)
         for (size_t e = 0; e < sizeof(edge) / sizeof(edge[0]); e++) {
             const int64_t K = types[t] == TSR_TYPE_Q8_0 ? (edge[e][0] + 31) / 32 * 32 : edge[e][0];

@@ -13,19 +13,26 @@
  * feeds 4·R or 4·C multiply-adds. No shared memory, no barrier. Edge rows
  * and columns are clamped on load and not stored.
  *
- * What the loop looks like on lavapipe (Mesa 22.3, 8-wide AVX2 lanes; read
- * from the JIT code): fma() becomes a multiply and an add (llvmpipe lowers
- * ffma), each texel fetch is a call of ~40 instructions, and the 256
- * accumulators live on the stack, so each loop iteration loads, blends
- * (with the loop mask) and stores every one of them. Hence U = 2 texels
- * (8 k) per iteration: that overhead is paid once per 8 k instead of once
- * per 4, and each accumulator adds a tree of partial sums (no long add
- * chain). F32 GEMM 1024³ on 2 Zen 5 cores: 63 GFLOP/s with U = 1, 91 with
- * U = 2 (U = 4 and U = 8 are no faster: the per-k work is the same and the
- * block of fetched values stops fitting L1). Larger blocks gain little
- * (24×24: 91, 32×32: 99) and cost seconds of pipeline compilation (32×32:
- * 4.5 s); subgroupBroadcast to share fetched values is a per-lane loop on
- * this lavapipe (7–15 GFLOP/s), as is a workgroup-uniform fetch.
+ * What bounds it on lavapipe (Mesa 22.3, LLVM 15, 8-wide AVX2 lanes; read
+ * from the JIT code under perf): an RGBA32F or RGBA16F fetch is an
+ * out-of-line function of ~37 instructions (llvmpipe inlines only RGBA8
+ * UNORM fetches), 25–37 cycles per call; fma() becomes a multiply and an
+ * add; the 256 accumulators live on the stack and every loop iteration
+ * loads, blends (with the loop mask) and stores each of them. Every fetch
+ * gives a lane 4 floats whatever the layout, so a lane with an R×C block
+ * makes (R + C)·U calls per R·C·4U multiply-adds: only a bigger block cuts
+ * the calls per multiply-add, and the loop body must stay within the
+ * core's op cache (~6k instructions): 16×16 with U = 2 texels (8 k) per
+ * iteration is 5.8k; 24×24, 32×32, or the same body unrolled twice run
+ * 10–20% slower. The W fetch of row r+1 is issued before row r's
+ * multiply-adds, so its latency overlaps them. F32 GEMM 1024³ on 2 Zen 5
+ * cores: 63 GFLOP/s with U = 1, 95 with U = 2, 104 with the W fetch ahead;
+ * without any fetch the same body would run at 330 (the arithmetic floor),
+ * without the X fetches at 139. Tried and slower: lanes splitting K (then
+ * a subgroupAdd per output), X through a uniform buffer (a gather: uniform
+ * loads need offsets free of loop counters), storage-image loads, X
+ * fetched a step ahead (loop-carried), subgroup broadcasts (a per-lane
+ * loop), 512-bit lanes (LP_NATIVE_VECTOR_WIDTH=512: no faster).
  */
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -48,21 +55,27 @@ float acc[R][C];
 int wr[R], xc[C];
 
 /* acc += the products of texels k .. k+UU-1 (UU·4 values of k). For each
- * accumulator the UU·4 products are summed as a tree first, then added. */
+ * accumulator the UU·4 products are summed as a tree first, then added.
+ * The texels of W row r+1 are fetched before row r is multiplied, so the
+ * fetch (a call on lavapipe) overlaps the arithmetic of a row instead of
+ * stalling it. */
 #define STEP(UU)                                                                   \
     {                                                                              \
         vec4 xv[UU][C];                                                            \
+        vec4 wv[2][UU];                                                            \
+        [[unroll]] for (int u = 0; u < UU; u++)                                    \
+            wv[0][u] = texelFetch(W, wr[0] + k + u);                               \
         [[unroll]] for (int c = 0; c < C; c++)                                     \
             [[unroll]] for (int u = 0; u < UU; u++)                                \
                 xv[u][c] = texelFetch(X, xc[c] + k + u);                           \
         [[unroll]] for (int r = 0; r < R; r++) {                                   \
-            vec4 wv[UU];                                                           \
-            [[unroll]] for (int u = 0; u < UU; u++)                                \
-                wv[u] = texelFetch(W, wr[r] + k + u);                              \
+            if (r + 1 < R)                                                         \
+                [[unroll]] for (int u = 0; u < UU; u++)                            \
+                    wv[(r + 1) & 1][u] = texelFetch(W, wr[r + 1] + k + u);         \
             [[unroll]] for (int c = 0; c < C; c++) {                               \
-                vec4 s = wv[0] * xv[0][c];                                         \
+                vec4 s = wv[r & 1][0] * xv[0][c];                                  \
                 [[unroll]] for (int u = 1; u < UU; u++)                            \
-                    s += wv[u] * xv[u][c];                                         \
+                    s += wv[r & 1][u] * xv[u][c];                                  \
                 acc[r][c] += (s.x + s.y) + (s.z + s.w);                            \
             }                                                                      \
         }                                                                          \
