@@ -679,6 +679,27 @@ tsr_status tsr_event_record(tsr_event *event, tsr_backend *backend)
     return backend->iface->event_record(backend, event);
 }
 
+tsr_status tsr__event_copy(tsr_event *dst, const tsr_event *src)
+{
+    if (src->dev != dst->dev || !src->dev->iface->event_copy)
+        return TSR_ENOTHANDLED;
+    return src->dev->iface->event_copy(src->dev, dst, src);
+}
+
+tsr_status tsr__event_snapshot(const tsr_event *src, tsr_event **out)
+{
+    *out = NULL;
+    if (!src->dev->iface->event_new || !src->dev->iface->event_copy)
+        return TSR_ENOTHANDLED;
+    tsr_event *e;
+    tsr_status st = tsr_event_new(src->dev, &e);
+    if (st == TSR_OK && (st = tsr__event_copy(e, src)) != TSR_OK)
+        tsr_event_free(e);
+    if (st == TSR_OK)
+        *out = e;
+    return st;
+}
+
 tsr_status tsr_event_synchronize(tsr_event *event)
 {
     if (!event)

@@ -66,6 +66,11 @@ struct tsr_dev_i {
     void (*event_free)(tsr_dev *dev, tsr_event *event);
     /* Blocks until the event's mark is reached. Required with event_new. */
     tsr_status (*event_synchronize)(tsr_dev *dev, tsr_event *event);
+    /* Copies src's mark into dst (both events of this device), so that a wait
+     * on dst waits for what src marked at the time of the copy whatever src
+     * is re-recorded to later. Optional: without it, streams that wait on
+     * this device's events hold the event itself. */
+    tsr_status (*event_copy)(tsr_dev *dev, tsr_event *dst, const tsr_event *src);
 };
 
 struct tsr_dev {
@@ -158,8 +163,8 @@ struct tsr_buf {
     const struct tsr_buf_i *iface;
     tsr_buft *buft;
     void *context;
-    size_t size;              /* the largest lane */
-    int n_lanes;              /* set by core */
+    size_t size; /* the largest lane */
+    int n_lanes; /* set by core */
     size_t lane_size[TSR_MAX_LANES];
     tsr_buf_usage usage;
 };
@@ -230,5 +235,11 @@ typedef tsr_reg *(*tsr__reg_init_fn)(void);
  * valid sources and shapes. Backends use this for a "supports everything"
  * answer. */
 bool tsr__node_is_well_formed(const tsr_tensor *n);
+/* A new event of src's device holding src's current mark (see event_copy),
+ * for a stream that waits on src later; TSR_ENOTHANDLED when the device
+ * cannot copy marks (the waiter then holds src itself). */
+tsr_status tsr__event_snapshot(const tsr_event *src, tsr_event **out);
+/* Copies src's mark into dst, an event of the same device. */
+tsr_status tsr__event_copy(tsr_event *dst, const tsr_event *src);
 
 #endif /* TESSERA_CORE_BACKEND_IMPL_H */

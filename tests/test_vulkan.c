@@ -471,6 +471,106 @@ Test(vulkan, copies_from_a_cpu_stream_wait_for_its_work)
     tsr_backend_free(bv);
 }
 
+/* A wait holds the mark the event had when the wait was queued: the event
+ * is re-recorded behind a closed gate right after, and the waiting stream
+ * must still finish while the gate stays closed (were the wait moved to the
+ * new mark, synchronize would hang until the timeout). Both directions:
+ * a CPU stream waiting on a Vulkan event, and a Vulkan stream waiting on a
+ * CPU event. */
+static void rerecorded_event_keeps_waits(bool cpu_waits)
+{
+    tsr_dev *d = vk_dev();
+    tsr_dev *cpu = tsr_reg_dev_get(tsr_cpu_reg(), 0);
+    tsr_backend *bc, *bv;
+    cr_assert_eq(tsr_backend_new(cpu, &bc), TSR_OK);
+    cr_assert_eq(tsr_backend_new(d, &bv), TSR_OK);
+    tsr_backend *marker = cpu_waits ? bv : bc, *waiter = cpu_waits ? bc : bv;
+    small_graph sw = small_graph_new(cpu_waits ? cpu : d, 4096);
+    fill_const(sw.x, 1.0f);
+    fill_const(sw.y, 0.0f);
+    tsr_event *e, *gate;
+    cr_assert_eq(tsr_event_new(tsr_backend_dev(marker), &e), TSR_OK);
+    cr_assert_eq(tsr_event_new(&gate_dev, &gate), TSR_OK);
+    for (int round = 0; round < 3; round++) {
+        cr_assert_eq(tsr_event_record(e, marker), TSR_OK);
+        cr_assert_eq(tsr_event_wait(waiter, e), TSR_OK);
+        cr_assert_eq(tsr_backend_graph_compute_async(waiter, sw.g), TSR_OK);
+        atomic_store(&gate_open, 0);
+        cr_assert_eq(tsr_event_wait(marker, gate), TSR_OK);
+        cr_assert_eq(tsr_event_record(e, marker), TSR_OK); /* behind the gate */
+        cr_assert_eq(tsr_backend_synchronize(waiter), TSR_OK, "%s", tsr_last_error());
+        expect_all(sw.y, 3.0f, "the waiting stream's work");
+        atomic_store(&gate_open, 1);
+        cr_assert_eq(tsr_backend_synchronize(marker), TSR_OK, "%s", tsr_last_error());
+        fill_const(sw.y, 0.0f);
+    }
+    cr_assert_eq(tsr_backend_synchronize(waiter), TSR_OK, "before the events are freed");
+    tsr_event_free(gate);
+    tsr_event_free(e);
+    small_graph_free(&sw);
+    tsr_backend_free(bc);
+    tsr_backend_free(bv);
+}
+
+Test(vulkan, a_cpu_wait_on_a_vulkan_event_keeps_its_mark_when_re_recorded, .timeout = 120)
+{
+    rerecorded_event_keeps_waits(true);
+}
+
+Test(vulkan, a_vulkan_wait_on_a_cpu_event_keeps_its_mark_when_re_recorded, .timeout = 120)
+{
+    rerecorded_event_keeps_waits(false);
+}
+
+/* Vulkan memory into a CPU stream's host memory: copy_async returns while
+ * the Vulkan stream is still held by a gate (a blocking copy would hang
+ * here until the timeout), the CPU stream's earlier work still sees the old
+ * bytes, and its later work sees the new ones. Twice, so the second round
+ * reuses the stream's pooled copy record and event. */
+Test(vulkan, copies_into_a_cpu_stream_return_at_once_and_keep_its_order, .timeout = 120)
+{
+    tsr_dev *d = vk_dev();
+    tsr_dev *cpu = tsr_reg_dev_get(tsr_cpu_reg(), 0);
+    tsr_backend *bc, *bv;
+    cr_assert_eq(tsr_backend_new(cpu, &bc), TSR_OK);
+    cr_assert_eq(tsr_backend_new(d, &bv), TSR_OK);
+    const int64_t n = 1 << 20;
+    small_graph sc = small_graph_new(cpu, n);
+    small_graph sv = small_graph_new(d, n);
+    tsr_ctx *ctx = tsr_ctx_new(4);
+    tsr_tensor *old = tsr_new_tensor_1d(ctx, TSR_TYPE_F32, n);
+    tsr_buf *obuf;
+    cr_assert_eq(tsr_ctx_alloc_tensors(ctx, tsr_dev_buft(cpu), &obuf), TSR_OK);
+    tsr_event *gate;
+    cr_assert_eq(tsr_event_new(&gate_dev, &gate), TSR_OK);
+    for (int round = 0; round < 2; round++) {
+        const float x = (float)(3 + round); /* Vulkan: y = 2x + 1 */
+        fill_const(sv.x, x);
+        fill_const(sc.x, 1.0f);
+        fill_const(old, 0.0f);
+        atomic_store(&gate_open, 0);
+        cr_assert_eq(tsr_event_wait(bv, gate), TSR_OK);
+        cr_assert_eq(tsr_backend_graph_compute_async(bv, sv.g), TSR_OK);
+        cr_assert_eq(tsr_backend_copy_async(bc, bc, sc.x, old), TSR_OK);
+        cr_assert_eq(tsr_backend_copy_async(bv, bc, sv.y, sc.x), TSR_OK, "%s", tsr_last_error());
+        cr_assert_eq(tsr_backend_graph_compute_async(bc, sc.g), TSR_OK);
+        expect_all(sc.x, 1.0f, "copied before the Vulkan work ran");
+        atomic_store(&gate_open, 1);
+        cr_assert_eq(tsr_backend_synchronize(bc), TSR_OK, "%s", tsr_last_error());
+        expect_all(old, 1.0f, "earlier CPU work saw the copied bytes");
+        expect_all(sc.x, 2.0f * x + 1.0f, "the copy");
+        expect_all(sc.y, 2.0f * (2.0f * x + 1.0f) + 1.0f, "later CPU work");
+        cr_assert_eq(tsr_backend_synchronize(bv), TSR_OK, "%s", tsr_last_error());
+    }
+    tsr_event_free(gate);
+    tsr_buf_free(obuf);
+    tsr_ctx_free(ctx);
+    small_graph_free(&sc);
+    small_graph_free(&sv);
+    tsr_backend_free(bc);
+    tsr_backend_free(bv);
+}
+
 /* ---- matrix kernels ----------------------------------------------------------------------------
  */
 

@@ -4,7 +4,8 @@
  * Not the kernels (cpu_ops*.c, cpu_mm*.c) nor the queue (cpu_stream.c).
  * Every CPU device uses host memory, so a CPU stream can read any host
  * buffer, and copies between CPU devices are a memcpy queued on the
- * destination stream behind a wait on the source stream.
+ * destination stream behind a wait on the source stream; copies from other
+ * devices and waits on their events are in cpu_xcopy.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ typedef struct {
 
 typedef struct {
     cpu_stream *stream;
+    cpu_xpool *xpool; /* records of copies from other backends */
     char name[32];
 } cpu_backend_ctx;
 
@@ -191,7 +193,9 @@ static const char *cpu_backend_name(tsr_backend *b)
 
 static void cpu_backend_free(tsr_backend *b)
 {
-    tsr__cpu_stream_free(stream_of(b));
+    cpu_backend_ctx *bc = b->context;
+    tsr__cpu_stream_free(bc->stream); /* runs every queued copy first */
+    tsr__cpu_xpool_free(bc->xpool);
     free(b->context);
     free(b);
 }
@@ -252,11 +256,20 @@ static tsr_status cpu_get_2d_async(tsr_backend *b, const tsr_tensor *t, void *da
 }
 
 /* CPU → CPU: the destination stream waits for the source stream's queued
- * work, then copies. Anything else goes through core's fallback. */
+ * work, then copies. Another backend's device → host memory: cpu_xcopy.c.
+ * Anything else goes through core's fallback. */
 static tsr_status cpu_cpy_async(tsr_backend *src_b, tsr_backend *dst_b, const tsr_tensor *src,
                                 tsr_tensor *dst)
 {
-    if (!tsr_backend_is_cpu(src_b) || !host_tensor(src) || !host_tensor(dst))
+    if (!host_tensor(dst))
+        return TSR_ENOTHANDLED;
+    if (!tsr_backend_is_cpu(src_b)) {
+        if (host_tensor(src) || !tsr__cpu_xcopy_handles(src_b, src))
+            return TSR_ENOTHANDLED;
+        cpu_backend_ctx *bc = dst_b->context;
+        return tsr__cpu_xcopy_push(bc->xpool, bc->stream, src_b, src, dst->data, tsr_nbytes(src));
+    }
+    if (!host_tensor(src))
         return TSR_ENOTHANDLED;
     tsr_status st;
     if (src_b != dst_b) {
@@ -306,6 +319,13 @@ static tsr_status cpu_event_wait(tsr_backend *b, tsr_event *e)
         job.u.wait.stream = ec->stream;
         job.u.wait.ticket = ec->ticket;
     } else {
+        /* A copy of the event's mark, so re-recording it later does not
+         * move this wait; devices that cannot copy marks are waited on
+         * through the event itself. */
+        cpu_backend_ctx *bc = b->context;
+        tsr_status st = tsr__cpu_xwait_push(bc->xpool, bc->stream, e);
+        if (st != TSR_ENOTHANDLED)
+            return st;
         job.kind = CPU_JOB_WAIT_EVENT;
         job.u.event = e;
     }
@@ -390,7 +410,9 @@ static tsr_status cpu_dev_backend_new(tsr_dev *d, tsr_backend **out)
         return tsr__error(TSR_ENOMEM, "%s: stream objects", dc->name);
     }
     snprintf(bc->name, sizeof(bc->name), "%s", dc->name);
-    tsr_status st = tsr__cpu_stream_new(dc->name, dc->n_threads, &bc->stream);
+    tsr_status st = tsr__cpu_xpool_new(&bc->xpool);
+    if (st == TSR_OK && (st = tsr__cpu_stream_new(dc->name, dc->n_threads, &bc->stream)) != TSR_OK)
+        tsr__cpu_xpool_free(bc->xpool);
     if (st != TSR_OK) {
         free(b);
         free(bc);
@@ -434,6 +456,13 @@ static tsr_status cpu_dev_event_sync(tsr_dev *d, tsr_event *e)
     return TSR_OK;
 }
 
+static tsr_status cpu_dev_event_copy(tsr_dev *d, tsr_event *dst, const tsr_event *src)
+{
+    (void)d;
+    *(cpu_event_ctx *)dst->context = *(const cpu_event_ctx *)src->context;
+    return TSR_OK;
+}
+
 static const struct tsr_dev_i cpu_dev_iface = {
     .get_name = cpu_dev_name,
     .get_description = cpu_dev_desc,
@@ -447,6 +476,7 @@ static const struct tsr_dev_i cpu_dev_iface = {
     .event_new = cpu_dev_event_new,
     .event_free = cpu_dev_event_free,
     .event_synchronize = cpu_dev_event_sync,
+    .event_copy = cpu_dev_event_copy,
 };
 
 /* ---- registry ------------------------------------------------------------------------------ */

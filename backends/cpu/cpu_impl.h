@@ -120,4 +120,23 @@ tsr_status tsr__cpu_stream_push_fn(cpu_stream *s, tsr__cpu_host_fn fn, void *arg
 /* The stream behind a CPU backend (NULL for other backends). */
 cpu_stream *tsr__cpu_backend_stream(tsr_backend *backend);
 
+/* ---- copies from other backends (cpu_xcopy.c) ----------------------------------------- */
+
+typedef struct cpu_xpool cpu_xpool;
+typedef struct cpu_xrec cpu_xrec;
+tsr_status tsr__cpu_xpool_new(cpu_xpool **out);
+/* After the stream using the pool has been drained. */
+void tsr__cpu_xpool_free(cpu_xpool *pool);
+/* Whether src (on src_b, not a CPU backend) can be copied asynchronously
+ * into host memory by tsr__cpu_xcopy_push. */
+bool tsr__cpu_xcopy_handles(tsr_backend *src_b, const tsr_tensor *src);
+/* Enqueues on s: wait for the work queued so far on src_b, then copy the
+ * n bytes of src into dst. */
+tsr_status tsr__cpu_xcopy_push(cpu_xpool *pool, cpu_stream *s, tsr_backend *src_b,
+                               const tsr_tensor *src, void *dst, size_t n);
+/* Enqueues on s a wait for event's current mark (an event of another
+ * device), through a pooled copy of the mark; TSR_ENOTHANDLED when that
+ * device cannot copy marks. */
+tsr_status tsr__cpu_xwait_push(cpu_xpool *pool, cpu_stream *s, const tsr_event *event);
+
 #endif /* TESSERA_CPU_IMPL_H */

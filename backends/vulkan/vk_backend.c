@@ -196,9 +196,19 @@ static tsr_status vk_be_event_wait(tsr_backend *b, tsr_event *e)
         const vk_event_ctx *ec = e->context;
         if (ec->s)
             tsr__vk_wait_stream_locked(s, ec->s, ec->value);
-    } else {
-        tsr__vk_wait_event_locked(s, e, false);
+        tsr__vk_stream_unlock(s);
+        return TSR_OK;
     }
+    tsr__vk_stream_unlock(s);
+    /* Another device's event: the waiter thread waits on a copy of its mark
+     * (owned by the job), so re-recording the event does not move the
+     * wait; devices that cannot copy marks are waited on as they are. */
+    tsr_event *copy = NULL;
+    tsr_status st = tsr__event_snapshot(e, &copy);
+    if (st != TSR_OK && st != TSR_ENOTHANDLED)
+        return st;
+    tsr__vk_stream_lock(s);
+    tsr__vk_wait_event_locked(s, copy ? copy : e, copy != NULL);
     tsr__vk_stream_unlock(s);
     return TSR_OK;
 }
@@ -222,6 +232,12 @@ void tsr__vk_event_free(tsr_event *e)
 {
     free(e->context);
     free(e);
+}
+
+tsr_status tsr__vk_event_copy(tsr_event *dst, const tsr_event *src)
+{
+    *(vk_event_ctx *)dst->context = *(const vk_event_ctx *)src->context;
+    return TSR_OK;
 }
 
 tsr_status tsr__vk_event_sync(tsr_event *e)

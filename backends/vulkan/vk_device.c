@@ -659,6 +659,12 @@ static tsr_status vk_dev_event_sync(tsr_dev *dev, tsr_event *e)
     return tsr__vk_event_sync(e);
 }
 
+static tsr_status vk_dev_event_copy(tsr_dev *dev, tsr_event *dst, const tsr_event *src)
+{
+    (void)dev;
+    return tsr__vk_event_copy(dst, src);
+}
+
 static const struct tsr_dev_i vk_dev_iface = {
     .get_name = vk_dev_name,
     .get_description = vk_dev_desc,
@@ -671,6 +677,7 @@ static const struct tsr_dev_i vk_dev_iface = {
     .event_new = vk_dev_event_new,
     .event_free = vk_dev_event_free,
     .event_synchronize = vk_dev_event_sync,
+    .event_copy = vk_dev_event_copy,
 };
 
 /* ---- registry -------------------------------------------------------------------------------- */

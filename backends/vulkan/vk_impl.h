@@ -293,6 +293,7 @@ tsr_status tsr__vk_backend_new(vk_device *d, tsr_backend **out);
 tsr_status tsr__vk_event_new(vk_device *d, tsr_event **out);
 void tsr__vk_event_free(tsr_event *e);
 tsr_status tsr__vk_event_sync(tsr_event *e);
+tsr_status tsr__vk_event_copy(tsr_event *dst, const tsr_event *src);
 /* Waits until every stream of the device has finished the work queued so
  * far (recorded work is submitted first). */
 tsr_status tsr__vk_device_drain(vk_device *d);

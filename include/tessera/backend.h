@@ -207,9 +207,10 @@ void tsr_event_free(tsr_event *event);
 /* Marks the current end of backend's queue. The backend must be on the
  * event's device. Re-recording moves the mark. */
 tsr_status tsr_event_record(tsr_event *event, tsr_backend *backend);
-/* Makes backend's later work wait until the event's mark is reached (the
- * event may belong to another device or backend family). Never-recorded
- * events are complete. */
+/* Makes backend's later work wait until the event's mark, as recorded when
+ * this is called, is reached: re-recording the event afterwards does not
+ * move what this waits for. The event may belong to another device or
+ * backend family. Never-recorded events are complete. */
 tsr_status tsr_event_wait(tsr_backend *backend, tsr_event *event);
 /* Blocks the host until the event's mark is reached. */
 tsr_status tsr_event_synchronize(tsr_event *event);
