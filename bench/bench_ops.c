@@ -298,7 +298,7 @@ static void bench_two_devices(bench_cfg *c)
 /* ---- Vulkan devices and the CPU + Vulkan mix ------------------------------------------------ */
 
 /* Every Vulkan device (found through the registry by name, so this file
- * needs no Vulkan header): F32 and F16 GEMM 1024³ against the CPU backend's
+ * needs no Vulkan header): F32, F16 and BF16 GEMM 1024³ against the CPU backend's
  * F32 GEMM 1024³ measured right before (target >= 0.25x: on lavapipe, which
  * runs on the same cores, this measures shader quality), matrix-vector
  * products against the streaming read, and on GPUs F32 and F16 GEMM 4096³.
@@ -329,9 +329,9 @@ static void bench_vulkan(bench_cfg *c, const bu_mem *read)
         if (st != TSR_OK)
             die("vulkan stream", st);
         printf("%s: %s\n", tsr_dev_name(d), tsr_dev_description(d));
-        const tsr_type types[2] = {TSR_TYPE_F32, TSR_TYPE_F16};
+        const tsr_type types[3] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16};
         char name[64];
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 3; t++) {
             m = mm_graph_new(d, types[t], sq, sq, sq);
             const double gf = 2.0 * (double)(sq * sq * sq) / time_graph(be, m.g, reps) * 1e-9;
             mm_graph_free(&m);
@@ -341,7 +341,7 @@ static void bench_vulkan(bench_cfg *c, const bu_mem *read)
         }
         /* Decode: bytes of W read per second, beside the host's read. */
         const int64_t K = c->quick ? 512 : 4096, N = c->quick ? 1024 : 14336;
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 3; t++) {
             m = mm_graph_new(d, types[t], K, N, 1);
             const double gbs = (double)tsr_nbytes(m.w) / time_graph(be, m.g, reps) * 1e-9;
             mm_graph_free(&m);

@@ -138,7 +138,7 @@ typedef struct vk_device {
     uint32_t heap_index;
     bool has_budget; /* VK_EXT_memory_budget */
     bool has_f64;    /* shaderFloat64 (ROPE runs in double precision) */
-    bool texels[2];  /* RGBA32F, RGBA16F uniform texel buffers (CPU-like devices) */
+    bool texels[3];  /* RGBA32F, RGBA16F, RGBA32UI uniform texel buffers (CPU-like) */
     uint32_t subgroup_size;
 
     /* The logical device, created on first use. */
@@ -214,10 +214,10 @@ typedef struct vk_buffer {
     vk_mem m;
     char *base;
     size_t reserved;
-    VkBufferView views[2];         /* RGBA32F, RGBA16F; VK_NULL_HANDLE when absent */
-    VkDescriptorSet sets[2];       /* each holding one view */
-    size_t view_texels[2];         /* texels each view covers */
-    VkDescriptorPool set_pools[2]; /* the pool each set came from */
+    VkBufferView views[3];         /* RGBA32F, RGBA16F, RGBA32UI; VK_NULL_HANDLE when absent */
+    VkDescriptorSet sets[3];       /* each holding one view */
+    size_t view_texels[3];         /* texels each view covers */
+    VkDescriptorPool set_pools[3]; /* the pool each set came from */
 } vk_buffer;
 
 /* host: host-visible coherent memory (rings); else the device type. */

@@ -91,18 +91,32 @@ static bool on_texels(const tsr_tensor *t, int view, size_t tex)
     return (off + tsr_nbytes(t)) / tex <= b->view_texels[view] && b->view_texels[view] <= INT32_MAX;
 }
 
-/* The texel GEMM (mul_mat_texel.comp) runs this node: a CPU-like device,
- * F32 or F16 weights, K a multiple of 4, everything on whole texels. */
-static bool use_texels(const vk_device *d, const tsr_tensor *n)
+/* The texel view W of this node is read through on a CPU-like device (the
+ * texel kernels, mul_mat*_texel.comp), -1 for none: 0 (RGBA32F) for F32;
+ * 2 (RGBA32UI, 8 weights a texel) for F16 and BF16 with K % 8 == 0 and rows
+ * on 16 bytes; else 1 (RGBA16F) for F16 with K % 4 == 0. X must be on
+ * RGBA32F texels. */
+static int texel_view(const vk_device *d, const tsr_tensor *n)
 {
     const tsr_tensor *w = n->src[0], *x = n->src[1];
-    if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || w->ne[0] % 4)
-        return false;
-    if (w->type != TSR_TYPE_F32 && w->type != TSR_TYPE_F16)
-        return false;
-    const int wv = w->type == TSR_TYPE_F32 ? 0 : 1;
-    return on_texels(w, wv, wv == 0 ? 16 : 8) && on_texels(x, 0, 16);
+    if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || w->ne[0] % 4 ||
+        !on_texels(x, 0, 16))
+        return -1;
+    switch (w->type) {
+    case TSR_TYPE_F32:
+        return on_texels(w, 0, 16) ? 0 : -1;
+    case TSR_TYPE_F16:
+        if (w->ne[0] % 8 == 0 && on_texels(w, 2, 16))
+            return 2;
+        return on_texels(w, 1, 8) ? 1 : -1;
+    case TSR_TYPE_BF16:
+        return w->ne[0] % 8 == 0 && on_texels(w, 2, 16) ? 2 : -1;
+    default:
+        return -1;
+    }
 }
+
+static size_t view_texel_bytes(int view) { return view == 1 ? 8 : 16; }
 
 bool tsr__vk_mm_supported(vk_device *d, const tsr_tensor *n)
 {
@@ -133,7 +147,11 @@ tsr__vk_shader_id tsr__vk_mm_shader(vk_device *d, const tsr_tensor *n)
     const int t = wtype_index(n->src[0]->type);
     if (n->op == TSR_OP_MUL_MAT_ID)
         return (tsr__vk_shader_id)(VK_SH_mmid_f32 + t);
-    if (use_texels(d, n))
+    const int view = texel_view(d, n);
+    if (view == 2)
+        return n->src[0]->type == TSR_TYPE_F16 ? (use_vec(n) ? VK_SH_mvt_h : VK_SH_mmt_h)
+                                               : (use_vec(n) ? VK_SH_mvt_b : VK_SH_mmt_b);
+    if (view >= 0)
         return use_vec(n) ? VK_SH_mvt : VK_SH_mmt;
     if (use_vec(n))
         return (tsr__vk_shader_id)(VK_SH_mv_f32 + t);
@@ -176,15 +194,15 @@ static void plan_mul_mat_texel(vk_device *d, const tsr_tensor *n, vk_launch *l)
 {
     const tsr_tensor *w = n->src[0], *x = n->src[1];
     const vk_buffer *wb = tsr__vk_buffer_of(w), *xb = tsr__vk_buffer_of(x);
-    const int wv = w->type == TSR_TYPE_F32 ? 0 : 1;
-    const size_t wt = wv == 0 ? 16 : 8;
+    const int wv = texel_view(d, n);
+    const size_t wt = view_texel_bytes(wv);
     pc_mmt *p = (pc_mmt *)l->pc;
     l->pc_size = sizeof(*p);
     p->y = tsr__vk_addr(n);
     p->K4 = (uint32_t)(w->ne[0] / 4);
     p->N = (uint32_t)w->ne[1];
     p->T = (uint32_t)x->ne[1];
-    const bool vec = l->id == VK_SH_mvt;
+    const bool vec = l->id == VK_SH_mvt || l->id == VK_SH_mvt_h || l->id == VK_SH_mvt_b;
     p->ttiles = vec ? 1 : (p->T + VK_MMT_C - 1) / VK_MMT_C;
     p->ntiles = vec ? (p->N + VK_MVT_ROWS - 1) / VK_MVT_ROWS : (p->N + VK_MMT_R - 1) / VK_MMT_R;
     p->woff = (uint32_t)(tsr__vk_offset(w) / wt);
@@ -265,7 +283,7 @@ void tsr__vk_mm_plan(vk_device *d, const tsr_tensor *n, uint64_t err_addr, uint3
     memset(l, 0, sizeof(*l));
     l->id = tsr__vk_mm_shader(d, n);
     *n_out = 1;
-    if (l->id == VK_SH_mmt || l->id == VK_SH_mvt)
+    if (tsr__vk_shader_uses_texels(l->id))
         plan_mul_mat_texel(d, n, l);
     else if (n->op == TSR_OP_MUL_MAT)
         plan_mul_mat(d, n, l);

@@ -14,7 +14,11 @@
 
 enum { VK_POOL_SETS = 256 };
 
-bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id) { return id == VK_SH_mmt || id == VK_SH_mvt; }
+bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id)
+{
+    return id == VK_SH_mmt || id == VK_SH_mvt || id == VK_SH_mmt_h || id == VK_SH_mvt_h ||
+           id == VK_SH_mmt_b || id == VK_SH_mvt_b;
+}
 
 static tsr_status vk_layouts_locked(vk_device *d)
 {
@@ -150,21 +154,23 @@ static VkDescriptorSet vk_texel_set_locked(vk_device *d, VkDescriptorPool *pool)
     return set;
 }
 
-/* Views of the whole buffer as RGBA32F and RGBA16F texels (as far as
- * maxTexelBufferElements reaches), each in its own descriptor set. A view
- * that cannot be made is left out: the matrix kernels then use the tiled
- * GEMM for tensors in this buffer. */
+/* Views of the whole buffer as RGBA32F, RGBA16F and RGBA32UI texels (as far
+ * as maxTexelBufferElements reaches), each in its own descriptor set: F32
+ * weights and activations, F16 weights whose rows are not on 16 bytes, and
+ * F16 or BF16 weights 8 to a texel. A view that cannot be made is left out:
+ * the matrix kernels then use the tiled GEMM for tensors in this buffer. */
 void tsr__vk_buffer_views_init(vk_buffer *b)
 {
     vk_device *d = b->d;
-    static const VkFormat fmts[2] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT};
-    static const size_t texel[2] = {16, 8};
+    static const VkFormat fmts[3] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT,
+                                     VK_FORMAT_R32G32B32A32_UINT};
+    static const size_t texel[3] = {16, 8, 16};
     pthread_mutex_lock(&d->pipe_lock);
     if (vk_layouts_locked(d) != TSR_OK) {
         pthread_mutex_unlock(&d->pipe_lock);
         return;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         const size_t range =
             TSR_MIN(b->m.size / texel[i], (size_t)d->limits.maxTexelBufferElements) * texel[i];
         if (!d->texels[i] || range == 0)
@@ -200,7 +206,7 @@ void tsr__vk_buffer_views_free(vk_buffer *b)
 {
     vk_device *d = b->d;
     pthread_mutex_lock(&d->pipe_lock);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (b->sets[i]) {
             VKF.vkFreeDescriptorSets(d->dev, b->set_pools[i], 1, &b->sets[i]);
             for (size_t p = 0; p < d->n_pools; p++)

@@ -1,8 +1,9 @@
 #version 450
 /* mul_mat_texel.comp — MUL_MAT for CPU-like devices (lavapipe): W: [K, N,
- * B2, B3] F32 (WTYPE 0) or F16 (WTYPE 1), X: F32 [K, T, C2, C3],
- * Y = Wᵀ·X: F32 [N, T, C2, C3] contiguous; K % 4 == 0, rows on 16-byte
- * (F32) or 8-byte (F16) boundaries. Not the GPU GEMM (mul_mat.comp).
+ * B2, B3] F32 or F16 (RGBA32F / RGBA16F texels, K % 4 == 0, rows on 16 or
+ * 8 bytes), or with WPACK F16 (1) or BF16 (2) 8 to an RGBA32UI texel
+ * (K % 8 == 0, rows on 16 bytes); X: F32 [K, T, C2, C3]; Y = Wᵀ·X: F32
+ * [N, T, C2, C3] contiguous. Not the GPU GEMM (mul_mat.comp).
  *
  * Why a separate kernel: a CPU implementation runs each memory load of a
  * shader once per SIMD lane, so loads, not arithmetic, bound a GEMM there,
@@ -36,13 +37,33 @@
  */
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#ifndef WPACK
+#define WPACK 0
+#endif
 #define R 16
 #define C 16
 #define U 2
 #define WG 32
 layout(local_size_x = WG) in;
-layout(set = 0, binding = 0) uniform samplerBuffer W;
 layout(set = 1, binding = 0) uniform samplerBuffer X;
+#if WPACK
+/* 8 weights per fetch: half the calls of 4-wide texels. */
+layout(set = 0, binding = 0) uniform usamplerBuffer W;
+#include "texel_pack.glsl"
+/* W texels k and k+1 (k even) of row r: one RGBA32UI texel. */
+#define LOADW(dst, r, UU)                                                          \
+    {                                                                              \
+        vec4 hi_;                                                                  \
+        unpack8(texelFetch(W, wr[r] + k / 2), dst[0], hi_);                        \
+        if (UU > 1)                                                                \
+            dst[UU - 1] = hi_;                                                     \
+    }
+#else
+layout(set = 0, binding = 0) uniform samplerBuffer W;
+#define LOADW(dst, r, UU)                                                          \
+    [[unroll]] for (int u = 0; u < UU; u++)                                        \
+        dst[u] = texelFetch(W, wr[r] + k + u);
+#endif
 layout(push_constant) uniform PC {
     uint64_t y;
     uint K4, N, T, ttiles, ntiles;
@@ -63,15 +84,13 @@ int wr[R], xc[C];
     {                                                                              \
         vec4 xv[UU][C];                                                            \
         vec4 wv[2][UU];                                                            \
-        [[unroll]] for (int u = 0; u < UU; u++)                                    \
-            wv[0][u] = texelFetch(W, wr[0] + k + u);                               \
+        LOADW(wv[0], 0, UU)                                                        \
         [[unroll]] for (int c = 0; c < C; c++)                                     \
             [[unroll]] for (int u = 0; u < UU; u++)                                \
                 xv[u][c] = texelFetch(X, xc[c] + k + u);                           \
         [[unroll]] for (int r = 0; r < R; r++) {                                   \
             if (r + 1 < R)                                                         \
-                [[unroll]] for (int u = 0; u < UU; u++)                            \
-                    wv[(r + 1) & 1][u] = texelFetch(W, wr[r + 1] + k + u);         \
+                LOADW(wv[(r + 1) & 1], r + 1, UU)                                  \
             [[unroll]] for (int c = 0; c < C; c++) {                               \
                 vec4 s = wv[r & 1][0] * xv[0][c];                                  \
                 [[unroll]] for (int u = 1; u < UU; u++)                            \
@@ -105,9 +124,11 @@ void main()
     int k = 0;
     for (; k + U <= K4; k += U)
         STEP(U)
-    /* An odd K / 4 leaves one texel. */
+#if !WPACK
+    /* An odd K / 4 leaves one texel (WPACK needs K % 8 == 0). */
     for (; k < K4; k++)
         STEP(1)
+#endif
     const uint64_t yb = pc.y + uint64_t(batch) * pc.T * pc.N * 4u;
     [[unroll]] for (int c = 0; c < C; c++)
         [[unroll]] for (int r = 0; r < R; r++)
