@@ -288,6 +288,8 @@ static void run_all(const char *op, tcases *cs)
                 result got = {0};
                 const bool ok = run_case(c, be, seed, &got, err, sizeof(err));
                 if (!ok && strcmp(err, "SKIP") == 0) {
+                    cr_log_info("%s %s: not supported on %s, skipped", op, c->desc,
+                                tsr_dev_name(devs[d]));
                     skipped++;
                 } else {
                     char msg[512] = "";
@@ -455,6 +457,15 @@ static tsr_tensor *build_rows_op(tsr_ctx *ctx, const tcase *c)
     }
 }
 
+/* TOP_K of rows longer than a workgroup sorts at once (a vocabulary):
+ * uniform values, and integers in [-50, 50) for many ties, whose order
+ * must stay the reference's (by index). */
+static tsr_tensor *build_top_k(tsr_ctx *ctx, const tcase *c)
+{
+    tsr_tensor *a = leaf(ctx, c->t[0], c->ne[0], c->ip[2] ? "int:-50:50" : "a");
+    return tsr_top_k(ctx, a, c->ip[1]);
+}
+
 Test(backend_ops, row_ops_match_reference, .timeout = 300)
 {
     tcases cs = {0};
@@ -492,6 +503,17 @@ Test(backend_ops, row_ops_match_reference, .timeout = 300)
         snprintf(c.desc, sizeof(c.desc), "TOP_K k=%d %s", c.ip[1], sh);
         add_case(&cs, c);
     }
+    const int64_t longs[][3] = {{32000, 2, 40}, {9000, 3, 3000}, {4097, 1, 1}, {20000, 2, 700}};
+    for (size_t s = 0; s < sizeof(longs) / sizeof(longs[0]); s++)
+        for (int ties = 0; ties < 2; ties++) {
+            tcase c = {.build = build_top_k,
+                       .t = {TSR_TYPE_F32},
+                       .ne = {NE(longs[s][0], longs[s][1], 1, 1)},
+                       .ip = {0, (int)longs[s][2], ties}};
+            snprintf(c.desc, sizeof(c.desc), "TOP_K k=%d [%lld,%lld]%s", c.ip[1],
+                     (long long)longs[s][0], (long long)longs[s][1], ties ? " ties" : "");
+            add_case(&cs, c);
+        }
     run_all("rows", &cs);
 }
 

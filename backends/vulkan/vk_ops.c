@@ -109,7 +109,8 @@ _Static_assert(sizeof(pc_cpy) <= VK_PC_SIZE && sizeof(pc_set_rows) <= VK_PC_SIZE
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-#define VK_SORT_MAX 4096
+#define VK_SORT_MAX 4096   /* MAXP of argsort.comp */
+#define VK_SORT_BLOCK 1024 /* B of argsort.comp */
 
 static void ne_of(uint32_t out[4], const tsr_tensor *t)
 {
@@ -194,9 +195,12 @@ bool tsr__vk_supports_op(vk_device *d, const tsr_tensor *n)
         return true;
     case TSR_OP_ARGSORT:
     case TSR_OP_TOP_K:
-        /* One workgroup sorts a row in shared memory (values + indices). */
-        return n->src[0]->ne[0] <= VK_SORT_MAX &&
-               d->limits.maxComputeSharedMemorySize >= VK_SORT_MAX * 8;
+        /* One workgroup sorts a row in shared memory (values + indices);
+         * TOP_K streams longer rows through it, keeping k < MAXP - B. */
+        if (d->limits.maxComputeSharedMemorySize < VK_SORT_MAX * 8)
+            return false;
+        return n->src[0]->ne[0] <= VK_SORT_MAX ||
+               (n->op == TSR_OP_TOP_K && n->ne[0] < VK_SORT_MAX - VK_SORT_BLOCK);
     case TSR_OP_MUL_MAT:
     case TSR_OP_MUL_MAT_ID:
     case TSR_OP_FLASH_ATTN_EXT:
@@ -474,7 +478,7 @@ static void plan_argsort(vk_device *d, const tsr_tensor *n, vk_launch *l)
     nb_rows(p->anb, a);
     p->desc = n->op == TSR_OP_TOP_K || n->op_params[0] == TSR_SORT_DESC;
     p->k = (uint32_t)n->ne[0];
-    p->P = pow2_at_least((uint32_t)a->ne[0]);
+    p->P = a->ne[0] <= VK_SORT_MAX ? pow2_at_least((uint32_t)a->ne[0]) : VK_SORT_MAX;
     tsr__vk_grid_1d(d, (uint64_t)tsr_nrows(a), 1, l->groups);
 }
 
