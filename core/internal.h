@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tessera/status.h"
+#include "tessera/tensor.h"
 
 #if defined(__GNUC__)
 #define TSR__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -66,6 +67,13 @@ struct tsr_buft;
 struct tsr_tensor;
 /* A buffer type's check of a tensor before placement (TSR_OK by default). */
 tsr_status tsr__buft_check_tensor(struct tsr_buft *buft, const struct tsr_tensor *t);
+/* The node `op` with parameters `op_params` (TSR_MAX_OP_PARAMS words) over
+ * sources src, built by its constructor, which re-checks every shape; ne is
+ * the result shape CONT needs. NULL when the constructor refuses (its
+ * reason is in the context) or for ops without a constructor here (views,
+ * NONE). */
+tsr_tensor *tsr__op_rebuild(tsr_ctx *ctx, tsr_op op, const int32_t *op_params, tsr_tensor **src,
+                            const int64_t ne[4]);
 
 /* Monotonic time in nanoseconds. */
 uint64_t tsr__time_ns(void);

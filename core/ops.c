@@ -1,5 +1,7 @@
 /* core/ops.c — constructors of the compute ops: shape and type checks, the
- * result's shape, the op parameters.
+ * result's shape, the op parameters; and tsr__op_rebuild, which calls the
+ * constructor of an op named by its code (the meta device and the RPC
+ * server rebuild nodes that way).
  *
  * Nothing here computes; kernels live in the backends. Every check that a
  * kernel relies on is made here, once, so that kernels can trust their nodes;
@@ -553,6 +555,75 @@ tsr_tensor *tsr_top_k(tsr_ctx *ctx, tsr_tensor *a, int k)
     if (t)
         t->op_params[0] = k;
     return t;
+}
+
+/* ---- rebuilding a node --------------------------------------------------------------- */
+
+static float param_f32(const int32_t *p, int i)
+{
+    float f;
+    memcpy(&f, &p[i], sizeof(f));
+    return f;
+}
+
+tsr_tensor *tsr__op_rebuild(tsr_ctx *c, tsr_op op, const int32_t *p, tsr_tensor **s,
+                            const int64_t ne[4])
+{
+    const float f0 = param_f32(p, 0), f1 = param_f32(p, 1);
+    switch (op) {
+    case TSR_OP_CONT:
+        return tsr_cont_4d(c, s[0], ne[0], ne[1], ne[2], ne[3]);
+    case TSR_OP_CPY:
+        return tsr_cpy(c, s[0], s[1]);
+    case TSR_OP_GET_ROWS:
+        return tsr_get_rows(c, s[0], s[1]);
+    case TSR_OP_SET_ROWS:
+        return tsr_set_rows(c, s[2], s[0], s[1]);
+    case TSR_OP_MUL_MAT:
+        return tsr_mul_mat(c, s[0], s[1]);
+    case TSR_OP_MUL_MAT_ID:
+        return tsr_mul_mat_id(c, s[0], s[1], s[2]);
+    case TSR_OP_ADD:
+        return tsr_add(c, s[0], s[1]);
+    case TSR_OP_SUB:
+        return tsr_sub(c, s[0], s[1]);
+    case TSR_OP_MUL:
+        return tsr_mul(c, s[0], s[1]);
+    case TSR_OP_DIV:
+        return tsr_div(c, s[0], s[1]);
+    case TSR_OP_ADD_ID:
+        return tsr_add_id(c, s[0], s[1], s[2]);
+    case TSR_OP_SCALE:
+        return tsr_scale_bias(c, s[0], f0, f1);
+    case TSR_OP_FILL:
+        return tsr_fill(c, s[0], f0);
+    case TSR_OP_SILU:
+        return tsr_silu(c, s[0]);
+    case TSR_OP_GELU:
+        return tsr_gelu(c, s[0]);
+    case TSR_OP_GLU:
+        return tsr_glu(c, s[0], s[1], (tsr_glu_kind)p[0], p[1] != 0);
+    case TSR_OP_RMS_NORM:
+        return tsr_rms_norm(c, s[0], f0);
+    case TSR_OP_ROPE:
+        return tsr_rope(c, s[0], s[1], p[0], (tsr_rope_mode)p[1], param_f32(p, 2), param_f32(p, 3));
+    case TSR_OP_SOFT_MAX:
+        return tsr_soft_max(c, s[0], s[1], f0);
+    case TSR_OP_FLASH_ATTN_EXT:
+        return tsr_flash_attn_ext(c, s[0], s[1], s[2], s[3], f0, f1);
+    case TSR_OP_CONCAT:
+        return tsr_concat(c, s[0], s[1], p[0]);
+    case TSR_OP_SUM_ROWS:
+        return tsr_sum_rows(c, s[0]);
+    case TSR_OP_ARGMAX:
+        return tsr_argmax(c, s[0]);
+    case TSR_OP_ARGSORT:
+        return tsr_argsort(c, s[0], (tsr_sort_order)p[0]);
+    case TSR_OP_TOP_K:
+        return tsr_top_k(c, s[0], p[0]);
+    default:
+        return NULL;
+    }
 }
 
 /* ---- names ------------------------------------------------------------------------- */

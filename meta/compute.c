@@ -347,67 +347,6 @@ static tsr_status src_simple(walk *w, int j, const tsr_tensor *s, tsr_tensor **o
     return leaf_simple(w, j, s, out);
 }
 
-/* The op of `node` applied to simple sources (constructors re-check shapes). */
-static tsr_tensor *rebuild(tsr_ctx *c, const tsr_tensor *n, tsr_tensor **s, const int64_t ne[4])
-{
-    const float f0 = tsr_get_op_param_f32(n, 0), f1 = tsr_get_op_param_f32(n, 1);
-    switch (n->op) {
-    case TSR_OP_CONT:
-        return tsr_cont_4d(c, s[0], ne[0], ne[1], ne[2], ne[3]);
-    case TSR_OP_CPY:
-        return tsr_cpy(c, s[0], s[1]);
-    case TSR_OP_GET_ROWS:
-        return tsr_get_rows(c, s[0], s[1]);
-    case TSR_OP_SET_ROWS:
-        return tsr_set_rows(c, s[2], s[0], s[1]);
-    case TSR_OP_MUL_MAT:
-        return tsr_mul_mat(c, s[0], s[1]);
-    case TSR_OP_MUL_MAT_ID:
-        return tsr_mul_mat_id(c, s[0], s[1], s[2]);
-    case TSR_OP_ADD:
-        return tsr_add(c, s[0], s[1]);
-    case TSR_OP_SUB:
-        return tsr_sub(c, s[0], s[1]);
-    case TSR_OP_MUL:
-        return tsr_mul(c, s[0], s[1]);
-    case TSR_OP_DIV:
-        return tsr_div(c, s[0], s[1]);
-    case TSR_OP_ADD_ID:
-        return tsr_add_id(c, s[0], s[1], s[2]);
-    case TSR_OP_SCALE:
-        return tsr_scale_bias(c, s[0], f0, f1);
-    case TSR_OP_FILL:
-        return tsr_fill(c, s[0], f0);
-    case TSR_OP_SILU:
-        return tsr_silu(c, s[0]);
-    case TSR_OP_GELU:
-        return tsr_gelu(c, s[0]);
-    case TSR_OP_GLU:
-        return tsr_glu(c, s[0], s[1], (tsr_glu_kind)n->op_params[0], n->op_params[1] != 0);
-    case TSR_OP_RMS_NORM:
-        return tsr_rms_norm(c, s[0], f0);
-    case TSR_OP_ROPE:
-        return tsr_rope(c, s[0], s[1], n->op_params[0], (tsr_rope_mode)n->op_params[1],
-                        tsr_get_op_param_f32(n, 2), tsr_get_op_param_f32(n, 3));
-    case TSR_OP_SOFT_MAX:
-        return tsr_soft_max(c, s[0], s[1], f0);
-    case TSR_OP_FLASH_ATTN_EXT:
-        return tsr_flash_attn_ext(c, s[0], s[1], s[2], s[3], f0, f1);
-    case TSR_OP_CONCAT:
-        return tsr_concat(c, s[0], s[1], n->op_params[0]);
-    case TSR_OP_SUM_ROWS:
-        return tsr_sum_rows(c, s[0]);
-    case TSR_OP_ARGMAX:
-        return tsr_argmax(c, s[0]);
-    case TSR_OP_ARGSORT:
-        return tsr_argsort(c, s[0], (tsr_sort_order)n->op_params[0]);
-    case TSR_OP_TOP_K:
-        return tsr_top_k(c, s[0], n->op_params[0]);
-    default:
-        return NULL;
-    }
-}
-
 /* With q split by heads and k, v mirrored, device j reads the kv heads of
  * its own q heads: views of k and v over that head range. */
 static tsr_status fa_kv_views(walk *w, int j, const tsr_tensor *node, tsr_tensor **s)
@@ -495,7 +434,7 @@ static tsr_status build_node(walk *w, int j, int32_t i)
     if (!skip) {
         if (node->op == TSR_OP_FLASH_ATTN_EXT && (st = fa_kv_views(w, j, node, s)) != TSR_OK)
             return st;
-        t = rebuild(c, node, s, ne);
+        t = tsr__op_rebuild(c, node->op, node->op_params, s, ne);
         if (!t)
             return tsr__error(TSR_EINTERNAL, "%s: rebuilding %s '%s' for device %d: %s",
                               w->mb->name, tsr_op_name(node->op), node->name, j,

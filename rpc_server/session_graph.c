@@ -20,78 +20,6 @@
 #include "core/internal.h"
 #include "rpc_server/server.h"
 
-/* ---- rebuilding one op ------------------------------------------------------------------------
- */
-
-static float param_f32(const int32_t *p, int i)
-{
-    float f;
-    memcpy(&f, &p[i], sizeof(f));
-    return f;
-}
-
-/* The op applied to sources s with parameters p (NULL when the constructor
- * refuses; its reason is in the context). */
-static tsr_tensor *rebuild(tsr_ctx *c, tsr_op op, tsr_tensor **s, const int32_t *p,
-                           const int64_t ne[4])
-{
-    const float f0 = param_f32(p, 0), f1 = param_f32(p, 1);
-    switch (op) {
-    case TSR_OP_CONT:
-        return tsr_cont_4d(c, s[0], ne[0], ne[1], ne[2], ne[3]);
-    case TSR_OP_CPY:
-        return tsr_cpy(c, s[0], s[1]);
-    case TSR_OP_GET_ROWS:
-        return tsr_get_rows(c, s[0], s[1]);
-    case TSR_OP_SET_ROWS:
-        return tsr_set_rows(c, s[2], s[0], s[1]);
-    case TSR_OP_MUL_MAT:
-        return tsr_mul_mat(c, s[0], s[1]);
-    case TSR_OP_MUL_MAT_ID:
-        return tsr_mul_mat_id(c, s[0], s[1], s[2]);
-    case TSR_OP_ADD:
-        return tsr_add(c, s[0], s[1]);
-    case TSR_OP_SUB:
-        return tsr_sub(c, s[0], s[1]);
-    case TSR_OP_MUL:
-        return tsr_mul(c, s[0], s[1]);
-    case TSR_OP_DIV:
-        return tsr_div(c, s[0], s[1]);
-    case TSR_OP_ADD_ID:
-        return tsr_add_id(c, s[0], s[1], s[2]);
-    case TSR_OP_SCALE:
-        return tsr_scale_bias(c, s[0], f0, f1);
-    case TSR_OP_FILL:
-        return tsr_fill(c, s[0], f0);
-    case TSR_OP_SILU:
-        return tsr_silu(c, s[0]);
-    case TSR_OP_GELU:
-        return tsr_gelu(c, s[0]);
-    case TSR_OP_GLU:
-        return tsr_glu(c, s[0], s[1], (tsr_glu_kind)p[0], p[1] != 0);
-    case TSR_OP_RMS_NORM:
-        return tsr_rms_norm(c, s[0], f0);
-    case TSR_OP_ROPE:
-        return tsr_rope(c, s[0], s[1], p[0], (tsr_rope_mode)p[1], param_f32(p, 2), param_f32(p, 3));
-    case TSR_OP_SOFT_MAX:
-        return tsr_soft_max(c, s[0], s[1], f0);
-    case TSR_OP_FLASH_ATTN_EXT:
-        return tsr_flash_attn_ext(c, s[0], s[1], s[2], s[3], f0, f1);
-    case TSR_OP_CONCAT:
-        return tsr_concat(c, s[0], s[1], p[0]);
-    case TSR_OP_SUM_ROWS:
-        return tsr_sum_rows(c, s[0]);
-    case TSR_OP_ARGMAX:
-        return tsr_argmax(c, s[0]);
-    case TSR_OP_ARGSORT:
-        return tsr_argsort(c, s[0], (tsr_sort_order)p[0]);
-    case TSR_OP_TOP_K:
-        return tsr_top_k(c, s[0], p[0]);
-    default:
-        return NULL;
-    }
-}
-
 /* ---- the decoder ------------------------------------------------------------------------------
  */
 
@@ -186,7 +114,7 @@ static tsr_status build_op(decoder *d, const rpc_rec *r, uint64_t ext, tsr_tenso
     tsr_tensor *s[TSR_MAX_SRC];
     for (int k = 0; k < TSR_MAX_SRC; k++)
         s[k] = r->src[k] >= 0 ? d->g->map[r->src[k]] : NULL;
-    tsr_tensor *t = rebuild(d->g->ctx, (tsr_op)r->op, s, r->op_params, r->ne);
+    tsr_tensor *t = tsr__op_rebuild(d->g->ctx, (tsr_op)r->op, r->op_params, s, r->ne);
     if (!t)
         return tsr__error(tsr_ctx_status(d->g->ctx) ? tsr_ctx_status(d->g->ctx) : TSR_EINVAL, "%s",
                           tsr_ctx_error(d->g->ctx));
@@ -499,7 +427,7 @@ static tsr_tensor *probe(tsr_ctx *c, tsr_op op)
         s[1] = NULL;
         break;
     }
-    return rebuild(c, op, s, p, ne);
+    return tsr__op_rebuild(c, op, p, s, ne);
 }
 
 void tsr__srv_config_probe(srv_config *cfg)
