@@ -84,6 +84,33 @@ static tsr_status recv_into(srv_session *s, srv_buf *b, uint64_t off, uint64_t s
     return TSR_OK;
 }
 
+/* The fields common to TENSOR_SET(_2D) and TENSOR_GET(_2D): stream,
+ * buffer, offset, row (and rows, stride for 2-D), resolved. */
+typedef struct {
+    srv_stream *sp;
+    srv_buf *b;
+    uint64_t off, row, n, stride;
+    uint64_t packed; /* n · row */
+} xfer;
+
+/* Reads those fields from r, which must hold nothing more, makes the stream
+ * the current one and checks the range. */
+static tsr_status xfer_open(srv_session *s, rpc_rd *r, bool two_d, const char *what, xfer *x)
+{
+    const uint64_t sh = rpc_rd_u64(r), bh = rpc_rd_u64(r);
+    x->off = rpc_rd_u64(r);
+    x->row = rpc_rd_u64(r);
+    x->n = two_d ? rpc_rd_u64(r) : 1;
+    x->stride = two_d ? rpc_rd_u64(r) : x->row;
+    if (r->bad || rpc_rd_left(r) != 0)
+        return tsr__error(TSR_EPROTO, "payload of %zu bytes does not match the layout", r->n);
+    tsr_status st = tsr__srv_stream_get(s, sh, true, &x->sp, "stream");
+    if (st != TSR_OK)
+        return st;
+    s->cur_stream = x->sp;
+    return range_2d(s, bh, x->off, x->row, x->n, x->stride, &x->packed, &x->b, what);
+}
+
 tsr_status tsr__srv_tensor_set(srv_session *s, const rpc_hdr *h, bool two_d, uint64_t *unread)
 {
     const char *what = two_d ? "TENSOR_SET_2D" : "TENSOR_SET";
@@ -97,25 +124,17 @@ tsr_status tsr__srv_tensor_set(srv_session *s, const rpc_hdr *h, bool two_d, uin
         return s->io_err = st;
     *unread -= fixed;
     rpc_rd r = rpc_rd_init(f, fixed);
-    const uint64_t sh = rpc_rd_u64(&r), bh = rpc_rd_u64(&r), off = rpc_rd_u64(&r);
-    const uint64_t row = rpc_rd_u64(&r);
-    const uint64_t n = two_d ? rpc_rd_u64(&r) : 1, stride = two_d ? rpc_rd_u64(&r) : row;
-    srv_stream *sp;
-    if ((st = tsr__srv_stream_get(s, sh, true, &sp, "stream")) != TSR_OK)
+    xfer x;
+    if ((st = xfer_open(s, &r, two_d, what, &x)) != TSR_OK)
         return st;
-    s->cur_stream = sp;
-    uint64_t packed;
-    srv_buf *b;
-    if ((st = range_2d(s, bh, off, row, n, stride, &packed, &b, what)) != TSR_OK)
-        return st;
-    if (*unread != packed)
+    if (*unread != x.packed)
         return tsr__error(TSR_EPROTO, "%llu data bytes declared but the frame carries %llu",
-                          (unsigned long long)packed, (unsigned long long)*unread);
-    quiesce_for(s, sp, NULL);
-    if (!two_d || stride == row)
-        return recv_into(s, b, off, packed, unread);
-    for (uint64_t i = 0; i < n && st == TSR_OK; i++)
-        st = recv_into(s, b, off + i * stride, row, unread);
+                          (unsigned long long)x.packed, (unsigned long long)*unread);
+    quiesce_for(s, x.sp, NULL);
+    if (!two_d || x.stride == x.row)
+        return recv_into(s, x.b, x.off, x.packed, unread);
+    for (uint64_t i = 0; i < x.n && st == TSR_OK; i++)
+        st = recv_into(s, x.b, x.off + i * x.stride, x.row, unread);
     return st;
 }
 
@@ -149,23 +168,15 @@ static tsr_status send_bytes(srv_session *s, const void *p, size_t n)
 tsr_status tsr__srv_tensor_get(srv_session *s, srv_req *q, bool two_d, bool *replied)
 {
     const char *what = two_d ? "TENSOR_GET_2D" : "TENSOR_GET";
-    const uint64_t sh = rpc_rd_u64(&q->p), bh = rpc_rd_u64(&q->p), off = rpc_rd_u64(&q->p);
-    const uint64_t row = rpc_rd_u64(&q->p);
-    const uint64_t n = two_d ? rpc_rd_u64(&q->p) : 1, stride = two_d ? rpc_rd_u64(&q->p) : row;
-    if (q->p.bad || rpc_rd_left(&q->p) != 0)
-        return tsr__error(TSR_EPROTO, "payload of %zu bytes does not match the layout", q->p.n);
-    srv_stream *sp;
-    tsr_status st = tsr__srv_stream_get(s, sh, true, &sp, "stream");
+    xfer x;
+    tsr_status st = xfer_open(s, &q->p, two_d, what, &x);
     if (st != TSR_OK)
         return st;
-    s->cur_stream = sp;
-    uint64_t packed;
-    srv_buf *b;
-    if ((st = range_2d(s, bh, off, row, n, stride, &packed, &b, what)) != TSR_OK)
-        return st;
+    const uint64_t off = x.off, row = x.row, n = x.n, stride = x.stride, packed = x.packed;
+    srv_buf *b = x.b;
     if (!(q->hdr.flags & RPC_F_REPLY_WANTED))
         return TSR_OK; /* nobody would read the data */
-    quiesce_for(s, sp, NULL);
+    quiesce_for(s, x.sp, NULL);
     if (packed == 0) {
         *replied = true;
         return send_hdr(s, &q->hdr, 0);
