@@ -153,6 +153,15 @@ bool rt_tmpdir(char *out, size_t size)
     return mkdtemp(out) != NULL;
 }
 
+bool rt_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    const bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
 /* ---- the raw client ------------------------------------------------------------------------- */
 
 tsr_status rt_raw_connect(rt_raw *c, const char *url, bool hello)

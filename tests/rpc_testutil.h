@@ -42,6 +42,8 @@ bool rt_server_alive(rt_server *s);
 
 /* A fresh private directory under $TMPDIR (or /tmp). */
 bool rt_tmpdir(char *out, size_t size);
+/* Writes text to path (created or truncated); false when it cannot. */
+bool rt_write_text(const char *path, const char *text);
 
 /* ---- the raw client ------------------------------------------------------------------------- */
 

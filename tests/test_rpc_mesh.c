@@ -232,10 +232,7 @@ Test(rpc_mesh, servers_that_cannot_reach_each_other_fall_back_to_the_client, .ti
     char dir[256], tok[300];
     cr_assert(rt_tmpdir(dir, sizeof(dir)));
     snprintf(tok, sizeof(tok), "%s/token", dir);
-    FILE *f = fopen(tok, "w");
-    cr_assert_not_null(f);
-    fputs("only-the-client-and-b-know-this\n", f);
-    fclose(f);
+    cr_assert(rt_write_text(tok, "only-the-client-and-b-know-this\n"));
     /* B (rank 1) dials A (rank 0), which wants the token B lacks. */
     const tsr_rpc_options oa = {.token_file = tok};
     srv a = start(1, tok, &oa);
@@ -282,10 +279,7 @@ Test(rpc_mesh, servers_with_a_token_link_with_that_token, .timeout = 120)
     char dir[256], tok[300];
     cr_assert(rt_tmpdir(dir, sizeof(dir)));
     snprintf(tok, sizeof(tok), "%s/token", dir);
-    FILE *f = fopen(tok, "w");
-    cr_assert_not_null(f);
-    fputs("shared by the client and both servers\n", f);
-    fclose(f);
+    cr_assert(rt_write_text(tok, "shared by the client and both servers\n"));
     const tsr_rpc_options o = {.token_file = tok};
     srv a = start(1, tok, &o), b = start(1, tok, &o);
     expect_linked(rdev(&a, 0), rdev(&b, 0), "token");

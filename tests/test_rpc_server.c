@@ -471,14 +471,6 @@ Test(rpc_server, a_disconnect_releases_everything_and_memory_is_limited_per_clie
 
 /* ---- authentication and TLS ----------------------------------------------------------------- */
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* A remote buffer round trip through the library's client. */
 static void round_trip(tsr_dev *dev)
 {
@@ -501,8 +493,8 @@ Test(rpc_server, a_token_server_refuses_clients_without_the_token, .timeout = 60
     cr_assert(rt_tmpdir(dir, sizeof(dir)));
     snprintf(tok, sizeof(tok), "%s/token", dir);
     snprintf(bad, sizeof(bad), "%s/wrong", dir);
-    write_text(tok, "correct horse battery staple\n");
-    write_text(bad, "incorrect horse\n");
+    cr_assert(rt_write_text(tok, "correct horse battery staple\n"));
+    cr_assert(rt_write_text(bad, "incorrect horse\n"));
     const char *const args[] = {"--device", "cpu:0", "--token-file", tok, NULL};
     rt_server s;
     cr_assert(rt_server_start(&s, NULL, args));
