@@ -100,25 +100,18 @@ static void give_back(cpu_xrec *r)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Runs on the destination stream's worker thread. */
+/* Runs on the destination stream's worker thread: waits for the event,
+ * then copies when the record carries a copy (else it was only a wait). */
 static tsr_status run(void *arg)
 {
     cpu_xrec *r = arg;
     tsr_status st = tsr_event_synchronize(r->event);
-    if (st == TSR_OK)
+    if (st == TSR_OK && r->src)
         st = tsr_tensor_get(r->src, r->dst, 0, r->n);
-    if (st != TSR_OK)
+    if (st != TSR_OK && r->src)
         st = tsr__error(st, "copying '%s' (%zu bytes) from %s into host memory: %s", r->src->name,
                         r->n, tsr_dev_name(r->dev), tsr_last_error());
-    give_back(r);
-    return st;
-}
-
-static tsr_status run_wait(void *arg)
-{
-    cpu_xrec *r = arg;
-    tsr_status st = tsr_event_synchronize(r->event);
-    if (st != TSR_OK)
+    else if (st != TSR_OK)
         st = tsr__error(st, "waiting for an event of %s: %s", tsr_dev_name(r->dev),
                         tsr_last_error());
     give_back(r);
@@ -134,7 +127,7 @@ tsr_status tsr__cpu_xwait_push(cpu_xpool *p, cpu_stream *s, const tsr_event *eve
     if (st != TSR_OK)
         return st;
     if ((st = tsr__event_copy(r->event, event)) == TSR_OK &&
-        (st = tsr__cpu_stream_push_fn(s, run_wait, r)) == TSR_OK)
+        (st = tsr__cpu_stream_push_fn(s, run, r)) == TSR_OK)
         return TSR_OK;
     give_back(r);
     return st;
