@@ -403,11 +403,9 @@ static bool vk_probe(VkPhysicalDevice phys, uint32_t index, vk_device *d, char *
     d->has_budget = vk_has_device_ext(phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     d->has_f64 = f2.features.shaderFloat64;
     if (d->cpu_like) {
-        const VkFormat fmts[3] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT,
-                                  VK_FORMAT_R32G32B32A32_UINT};
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < VK_TEXEL_VIEWS; i++) {
             VkFormatProperties fp;
-            VKF.vkGetPhysicalDeviceFormatProperties(phys, fmts[i], &fp);
+            VKF.vkGetPhysicalDeviceFormatProperties(phys, tsr__vk_texel_formats[i], &fp);
             d->texels[i] = (fp.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
         }
     }

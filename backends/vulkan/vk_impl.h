@@ -123,6 +123,9 @@ const char *tsr__vk_result_str(VkResult r);
 
 typedef struct vk_stream vk_stream;
 
+/* Texel views per buffer on CPU-like devices (tsr__vk_texel_formats). */
+enum { VK_TEXEL_VIEWS = 3 };
+
 typedef struct vk_device {
     /* Identity, filled at enumeration. */
     int index;           /* in the registry ("vulkanN") */
@@ -136,9 +139,9 @@ typedef struct vk_device {
     uint64_t max_alloc; /* maxMemoryAllocationSize, capped by maxBufferSize and the heap */
     uint64_t heap_size; /* the device-local heap */
     uint32_t heap_index;
-    bool has_budget; /* VK_EXT_memory_budget */
-    bool has_f64;    /* shaderFloat64 (ROPE runs in double precision) */
-    bool texels[3];  /* RGBA32F, RGBA16F, RGBA32UI uniform texel buffers (CPU-like) */
+    bool has_budget;             /* VK_EXT_memory_budget */
+    bool has_f64;                /* shaderFloat64 (ROPE runs in double precision) */
+    bool texels[VK_TEXEL_VIEWS]; /* each texel format usable (CPU-like devices) */
     uint32_t subgroup_size;
 
     /* The logical device, created on first use. */
@@ -214,10 +217,10 @@ typedef struct vk_buffer {
     vk_mem m;
     char *base;
     size_t reserved;
-    VkBufferView views[3];         /* RGBA32F, RGBA16F, RGBA32UI; VK_NULL_HANDLE when absent */
-    VkDescriptorSet sets[3];       /* each holding one view */
-    size_t view_texels[3];         /* texels each view covers */
-    VkDescriptorPool set_pools[3]; /* the pool each set came from */
+    VkBufferView views[VK_TEXEL_VIEWS];         /* VK_NULL_HANDLE when absent */
+    VkDescriptorSet sets[VK_TEXEL_VIEWS];       /* each holding one view */
+    size_t view_texels[VK_TEXEL_VIEWS];         /* texels each view covers */
+    VkDescriptorPool set_pools[VK_TEXEL_VIEWS]; /* the pool each set came from */
 } vk_buffer;
 
 /* host: host-visible coherent memory (rings); else the device type. */
@@ -307,6 +310,11 @@ bool tsr__vk_shader_uses_texels(tsr__vk_shader_id id);
  * (absent views are left null: those kernels are then not used). */
 void tsr__vk_buffer_views_init(vk_buffer *b);
 void tsr__vk_buffer_views_free(vk_buffer *b);
+/* The texel views of every buffer on CPU-like devices, by index: RGBA32F
+ * (F32), RGBA16F (F16), RGBA32UI (F16 or BF16, 8 to a texel); their formats
+ * and texel sizes. */
+extern const VkFormat tsr__vk_texel_formats[VK_TEXEL_VIEWS];
+extern const size_t tsr__vk_texel_bytes[VK_TEXEL_VIEWS];
 void tsr__vk_pipelines_free(vk_device *d);
 
 /* ---- ops (vk_ops.c, vk_ops_mm.c) ---------------------------------------------------- */

@@ -80,10 +80,11 @@ static bool force_tiled(void)
     return v == 1;
 }
 
-/* Whether t lies in its buffer's texel view `view` (texels of `tex` bytes)
- * with its start and strides on whole texels. */
-static bool on_texels(const tsr_tensor *t, int view, size_t tex)
+/* Whether t lies in its buffer's texel view `view` with its start and
+ * strides on whole texels. */
+static bool on_texels(const tsr_tensor *t, int view)
 {
+    const size_t tex = tsr__vk_texel_bytes[view];
     const vk_buffer *b = tsr__vk_buffer_of(t);
     const size_t off = tsr__vk_offset(t);
     if (!b->sets[view] || off % tex || t->nb[1] % tex || t->nb[2] % tex || t->nb[3] % tex)
@@ -100,23 +101,21 @@ static int texel_view(const vk_device *d, const tsr_tensor *n)
 {
     const tsr_tensor *w = n->src[0], *x = n->src[1];
     if (!d->cpu_like || force_tiled() || n->op != TSR_OP_MUL_MAT || w->ne[0] % 4 ||
-        !on_texels(x, 0, 16))
+        !on_texels(x, 0))
         return -1;
     switch (w->type) {
     case TSR_TYPE_F32:
-        return on_texels(w, 0, 16) ? 0 : -1;
+        return on_texels(w, 0) ? 0 : -1;
     case TSR_TYPE_F16:
-        if (w->ne[0] % 8 == 0 && on_texels(w, 2, 16))
+        if (w->ne[0] % 8 == 0 && on_texels(w, 2))
             return 2;
-        return on_texels(w, 1, 8) ? 1 : -1;
+        return on_texels(w, 1) ? 1 : -1;
     case TSR_TYPE_BF16:
-        return w->ne[0] % 8 == 0 && on_texels(w, 2, 16) ? 2 : -1;
+        return w->ne[0] % 8 == 0 && on_texels(w, 2) ? 2 : -1;
     default:
         return -1;
     }
 }
-
-static size_t view_texel_bytes(int view) { return view == 1 ? 8 : 16; }
 
 bool tsr__vk_mm_supported(vk_device *d, const tsr_tensor *n)
 {
@@ -195,7 +194,7 @@ static void plan_mul_mat_texel(vk_device *d, const tsr_tensor *n, vk_launch *l)
     const tsr_tensor *w = n->src[0], *x = n->src[1];
     const vk_buffer *wb = tsr__vk_buffer_of(w), *xb = tsr__vk_buffer_of(x);
     const int wv = texel_view(d, n);
-    const size_t wt = view_texel_bytes(wv);
+    const size_t wt = tsr__vk_texel_bytes[wv];
     pc_mmt *p = (pc_mmt *)l->pc;
     l->pc_size = sizeof(*p);
     p->y = tsr__vk_addr(n);

@@ -154,6 +154,10 @@ static VkDescriptorSet vk_texel_set_locked(vk_device *d, VkDescriptorPool *pool)
     return set;
 }
 
+const VkFormat tsr__vk_texel_formats[VK_TEXEL_VIEWS] = {
+    VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT, VK_FORMAT_R32G32B32A32_UINT};
+const size_t tsr__vk_texel_bytes[VK_TEXEL_VIEWS] = {16, 8, 16};
+
 /* Views of the whole buffer as RGBA32F, RGBA16F and RGBA32UI texels (as far
  * as maxTexelBufferElements reaches), each in its own descriptor set: F32
  * weights and activations, F16 weights whose rows are not on 16 bytes, and
@@ -162,22 +166,20 @@ static VkDescriptorSet vk_texel_set_locked(vk_device *d, VkDescriptorPool *pool)
 void tsr__vk_buffer_views_init(vk_buffer *b)
 {
     vk_device *d = b->d;
-    static const VkFormat fmts[3] = {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT,
-                                     VK_FORMAT_R32G32B32A32_UINT};
-    static const size_t texel[3] = {16, 8, 16};
+    const size_t *texel = tsr__vk_texel_bytes;
     pthread_mutex_lock(&d->pipe_lock);
     if (vk_layouts_locked(d) != TSR_OK) {
         pthread_mutex_unlock(&d->pipe_lock);
         return;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < VK_TEXEL_VIEWS; i++) {
         const size_t range =
             TSR_MIN(b->m.size / texel[i], (size_t)d->limits.maxTexelBufferElements) * texel[i];
         if (!d->texels[i] || range == 0)
             continue;
         const VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
                                            .buffer = b->m.buf,
-                                           .format = fmts[i],
+                                           .format = tsr__vk_texel_formats[i],
                                            .offset = 0,
                                            .range = range};
         if (VKF.vkCreateBufferView(d->dev, &vi, NULL, &b->views[i]) != VK_SUCCESS) {
@@ -206,7 +208,7 @@ void tsr__vk_buffer_views_free(vk_buffer *b)
 {
     vk_device *d = b->d;
     pthread_mutex_lock(&d->pipe_lock);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < VK_TEXEL_VIEWS; i++) {
         if (b->sets[i]) {
             VKF.vkFreeDescriptorSets(d->dev, b->set_pools[i], 1, &b->sets[i]);
             for (size_t p = 0; p < d->n_pools; p++)
